@@ -1,0 +1,84 @@
+"""Backends: implementations of ``hscale.reference.quantize`` behind one small protocol.
+
+A backend is any object with
+
+- ``name``: str, how reports call it;
+- ``version``: str, of the backend and the library it runs on;
+- ``capabilities``: a frozenset drawn from ``CAPABILITIES`` (what it implements: methods
+  ``"rtn"``, ``"scale-only"``, ``"hscale"`` and the init ``"4over6"``; ``"maxabs"`` init is
+  required of everyone);
+- ``available()``: ``(True, "")`` or ``(False, reason)``; a backend that cannot run here (no
+  CUDA device, library not installed) says why, and the conformance suite skips with that reason;
+- ``quantize(weight, hessian_diag=None, *, method, init, K, U, scale_ceiling, global_scale)``:
+  exactly the signature and result type (``hscale.reference.QuantizedWeight``) of
+  ``hscale.reference.quantize``.
+
+``get(name)`` returns a built-in backend by name (``numpy``, ``torch``, ``torch-cuda``,
+``cupy``) or a third-party one given as ``"package.module:factory"``, where ``factory()``
+returns such an object. See docs/backends.md for a complete adapter.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol, runtime_checkable
+
+CAPABILITIES = frozenset({"rtn", "scale-only", "hscale", "4over6"})
+
+# name -> "module:factory", imported lazily so that a missing torch or cupy never breaks
+# `import hscale.backends`.
+BUILTIN = {
+    "numpy": "hscale.backends.numpy_backend:create",
+    "torch": "hscale.backends.torch_backend:create_cpu",
+    "torch-cuda": "hscale.backends.torch_backend:create_cuda",
+    "cupy": "hscale.backends.cupy_backend:create",
+}
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+    version: str
+    capabilities: frozenset
+
+    def available(self) -> tuple[bool, str]: ...
+
+    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16,
+                 U=6, scale_ceiling=448.0, global_scale=None) -> Any: ...
+
+
+def _load_factory(spec: str):
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(
+            f"backend {spec!r}: expected a built-in name ({', '.join(BUILTIN)}) "
+            "or 'package.module:factory'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"backend {spec!r}: cannot import module {module_name!r}: {exc}") from exc
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"backend {spec!r}: module {module_name!r} has no {attr!r}") from None
+
+
+def check_backend(backend, spec: str = "?"):
+    """Raise ValueError unless ``backend`` satisfies the protocol."""
+    missing = [a for a in ("name", "version", "capabilities", "available", "quantize")
+               if not hasattr(backend, a)]
+    if missing:
+        raise ValueError(f"backend {spec!r}: object lacks {', '.join(missing)} "
+                         "(see docs/backends.md for the protocol)")
+    unknown = set(backend.capabilities) - CAPABILITIES
+    if unknown:
+        raise ValueError(f"backend {spec!r}: unknown capabilities {sorted(unknown)}; "
+                         f"allowed: {sorted(CAPABILITIES)}")
+    return backend
+
+
+def get(name: str):
+    """Return the backend called ``name`` (built-in) or built by ``name = 'module:factory'``."""
+    spec = BUILTIN.get(name, name)
+    factory = _load_factory(spec)
+    return check_backend(factory(), name)

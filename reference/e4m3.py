@@ -1,0 +1,72 @@
+"""FP8 E4M3 (the ``e4m3fn`` variant), the format of NVFP4 scale bytes.
+
+Spec clauses NVFP4-E4M3-1 (decoding), NVFP4-E4M3-2 (encoding) and NVFP4-E4M3-3 (the ladder).
+Bit 7 is the sign, bits 6..3 the exponent (bias 7), bits 2..0 the mantissa. There is no
+infinity; 0x7F and 0xFF are NaN; the largest finite value is 448 and subnormals reach 2^-9.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+EXPONENT_BIAS = 7
+MANTISSA_BITS = 3
+MAX_FINITE = 448.0  # 0x7E = 0b0_1111_110 = 1.75 * 2^8
+SMALLEST_NORMAL = 2.0 ** -6  # 0x08
+SMALLEST_SUBNORMAL = 2.0 ** -9  # 0x01
+NAN_BYTES = (0x7F, 0xFF)
+
+# NVFP4-E4M3-3: the ladder is the 126 positive finite values, bytes 0x01..0x7E. The byte is
+# its own ladder index, so a walk on the ladder is integer arithmetic on bytes.
+LADDER_FIRST_BYTE = 0x01
+LADDER_LAST_BYTE = 0x7E
+
+
+def decode_e4m3_byte(byte: int) -> float:
+    """Value of one E4M3 byte (NVFP4-E4M3-1)."""
+    if not 0 <= byte <= 0xFF:
+        raise ValueError(f"byte {byte}: an E4M3 byte is 0..255 (spec NVFP4-E4M3-1)")
+    sign = -1.0 if byte & 0x80 else 1.0
+    exponent_field = (byte >> MANTISSA_BITS) & 0xF
+    mantissa_field = byte & 0x7
+    if exponent_field == 0xF and mantissa_field == 0x7:
+        return math.nan  # e4m3fn spends the all-ones pattern on NaN, so there is no infinity
+    if exponent_field == 0:
+        # Subnormal: 0.mmm * 2^(1 - bias)
+        return sign * (mantissa_field / 8.0) * 2.0 ** (1 - EXPONENT_BIAS)
+    return sign * (1.0 + mantissa_field / 8.0) * 2.0 ** (exponent_field - EXPONENT_BIAS)
+
+
+# Value of every byte 0x00..0xFF, built from the rule above.
+E4M3_VALUES = np.array([decode_e4m3_byte(b) for b in range(256)], dtype=np.float64)
+
+# Value of each non-negative scale byte 0x00..0x7E: 0x00 (zero groups) then the ladder. These
+# are increasing, so the byte of a non-negative finite value is its position here.
+SCALE_BYTE_VALUES = E4M3_VALUES[: LADDER_LAST_BYTE + 1]
+LADDER = SCALE_BYTE_VALUES[LADDER_FIRST_BYTE:]
+
+
+def decode_e4m3(scale_bytes) -> np.ndarray:
+    """Value (float64) of each E4M3 byte (NVFP4-E4M3-1)."""
+    return E4M3_VALUES[np.asarray(scale_bytes).astype(np.intp)]
+
+
+def encode_e4m3(value: np.ndarray) -> np.ndarray:
+    """E4M3 byte of each non-negative real ``value`` (given exactly as float64).
+
+    Round to nearest, ties to even, saturating to finite: anything above 448 gives 448
+    (NVFP4-E4M3-2). The caller guarantees finite, non-negative inputs.
+    """
+    value = np.asarray(value, dtype=np.float64)
+    _, binary_exponent = np.frexp(value)  # value = f * 2^binary_exponent, f in [0.5, 1)
+    unbiased_exponent = binary_exponent - 1
+    # Below the smallest normal the quantum stays at the subnormal spacing 2^-9.
+    quantum_exponent = np.maximum(unbiased_exponent, -6) - MANTISSA_BITS
+    steps = np.ldexp(value, -quantum_exponent)  # exact: a power-of-two rescaling
+    rounded_steps = np.rint(steps)  # NVFP4-E4M3-2: round half to even
+    rounded = np.ldexp(rounded_steps, quantum_exponent)  # exact
+    saturated = np.minimum(rounded, MAX_FINITE)  # NVFP4-E4M3-2: satfinite
+    scale_byte = np.searchsorted(SCALE_BYTE_VALUES, saturated)
+    return scale_byte.astype(np.uint8)

@@ -1,0 +1,35 @@
+"""The H-Scale objective of one group (spec clause HSCALE-OBJ-1).
+
+``E = sum_j h_j * (w_j - q_j * s)^2``, evaluated exactly as written in float64 with no fused
+multiply-add, summed by a balanced tree of adjacent pairs so that every backend gets the same
+bits: ``((e0 + e1) + (e2 + e3)) + ((e4 + e5) + (e6 + e7)) + ...``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .e2m1 import E2M1_VALUES
+
+GROUP_SIZE = 16
+UNIT_WEIGHTS = np.ones(GROUP_SIZE, dtype=np.float64)  # h = 1: the plain weight error
+
+
+def pairwise_sum(terms: np.ndarray) -> np.ndarray:
+    """Sum over the last axis (a power of two long) by adding adjacent pairs, level by level."""
+    level = terms
+    while level.shape[-1] > 1:
+        level = level[..., 0::2] + level[..., 1::2]  # HSCALE-OBJ-1: one rounding per add
+    return level[..., 0]
+
+
+def weighted_error(weight: np.ndarray, hessian_diag: np.ndarray, codes: np.ndarray,
+                   scale: np.ndarray) -> np.ndarray:
+    """Objective of each group: ``weight`` and ``codes`` (..., 16), ``hessian_diag`` broadcast
+    against them, ``scale`` the effective scale of each group (...)."""
+    code_value = E2M1_VALUES[codes.astype(np.intp)]
+    reconstruction = code_value * scale[..., None]  # HSCALE-OBJ-1: exact (2 x 28 bits)
+    difference = weight - reconstruction  # HSCALE-OBJ-1: one rounding
+    squared = difference * difference  # HSCALE-OBJ-1: one rounding
+    term = hessian_diag * squared  # HSCALE-OBJ-1: one rounding, no fused multiply-add
+    return pairwise_sum(term)  # HSCALE-OBJ-1

@@ -1,0 +1,143 @@
+"""The public entry point: quantize a weight matrix to NVFP4 with RTN, scale-only or H-Scale.
+
+This module only wires the clauses together; each step is implemented, with its clause ID, in
+the module named beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .e2m1 import E2M1_VALUES, encode_e2m1, sign_only_codes
+from .e4m3 import decode_e4m3
+from .global_scale import DEFAULT_SCALE_CEILING, compute_global_scale
+from .initial_scale import four_over_six_byte, maxabs_byte
+from .objective import GROUP_SIZE, UNIT_WEIGHTS
+from .packing import pack_codes, swizzle_scale_bytes
+from .search import effective_scale, search_scale_byte
+from .validation import (INITS, METHODS, check_choice, check_global_scale, check_hessian_diag,
+                         check_scale_ceiling, check_weight, check_window)
+
+# Rows are processed in chunks of about this many groups, so that the float64 temporaries of
+# one chunk stay at a few tens of MB whatever the layer size.
+CHUNK_GROUPS = 1 << 15
+
+
+@dataclass(frozen=True, eq=False)
+class QuantizedWeight:
+    """An NVFP4 tensor and how it was made.
+
+    ``codes`` uint8 (m, n), 4-bit E2M1 codes; ``packed`` uint8 (m, n/2), element 2i in the low
+    nibble; ``scale_bytes`` uint8 (m, n/16), E4M3 bytes, row-major; ``global_scale`` np.float32,
+    the dequantization multiplier; ``delta`` int8 (m, n/16), the chosen shift from the initial
+    byte (0 for rtn and for zero groups).
+    """
+
+    codes: np.ndarray
+    packed: np.ndarray
+    scale_bytes: np.ndarray
+    global_scale: np.float32
+    delta: np.ndarray
+    method: str = "hscale"
+    init: str = "maxabs"
+    K: int = 16
+    U: int = 6
+    scale_ceiling: float = DEFAULT_SCALE_CEILING
+    initial_bytes: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.codes.shape
+
+    def dequantize(self) -> np.ndarray:
+        """float32 (m, n): ``fp32_rne(code_value * e4m3(scale_byte) * s_g)`` (NVFP4-DEQ-1).
+
+        The product is exact in float64 (2 + 4 + 24 significant bits); one rounding to fp32.
+        """
+        code_value = E2M1_VALUES[self.codes.astype(np.intp)]
+        group_scale = effective_scale(self.scale_bytes, self.global_scale)  # exact
+        element_scale = np.repeat(group_scale, GROUP_SIZE, axis=1)
+        return (code_value * element_scale).astype(np.float32)  # NVFP4-DEQ-1
+
+    def swizzled_scale_bytes(self) -> np.ndarray:
+        """The scale bytes in the 128x4 tiled layout of block-scaled GEMMs (NVFP4-PACK-3)."""
+        return swizzle_scale_bytes(self.scale_bytes)
+
+
+def quantize(weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16, U=6,
+             scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None) -> QuantizedWeight:
+    """Quantize ``weight`` (m, n) to NVFP4.
+
+    method: ``"rtn"`` keeps the initial byte (ignores K, U and the Hessian); ``"scale-only"``
+    searches the window with h = 1 (ignores the Hessian); ``"hscale"`` searches it with
+    ``hessian_diag`` (required), the diagonal of X^T X (HSCALE-METHOD-1).
+    init: ``"maxabs"`` (NVFP4-INIT-1) or ``"4over6"`` (NVFP4-INIT-2).
+    K, U: window size and upward shifts (HSCALE-WIN-1).
+    scale_ceiling: C of NVFP4-GS-1 (448 default, 256 for the 4over6 convention).
+    global_scale: a pipeline's own s_g (positive normal fp32), else computed (NVFP4-GS-1).
+    """
+    method = check_choice("method", method, METHODS)
+    init = check_choice("init", init, INITS)
+    exact_weight = check_weight(weight)
+    rows, cols = exact_weight.shape
+    K, U = check_window(K, U)
+    scale_ceiling = check_scale_ceiling(scale_ceiling)
+    if method == "hscale":
+        if hessian_diag is None:
+            raise ValueError("hessian_diag: method 'hscale' needs the Hessian diagonal h "
+                             "(spec HSCALE-METHOD-1)")
+        h = check_hessian_diag(hessian_diag, cols)
+    else:
+        h = None  # HSCALE-METHOD-1: rtn and scale-only do not read it
+    if global_scale is None:
+        global_scale = compute_global_scale(np.max(np.abs(exact_weight)), scale_ceiling)
+    else:
+        global_scale = check_global_scale(global_scale)
+
+    group_cols = cols // GROUP_SIZE
+    codes = np.empty((rows, cols), dtype=np.uint8)
+    scale_bytes = np.empty((rows, group_cols), dtype=np.uint8)
+    initial_bytes = np.empty((rows, group_cols), dtype=np.uint8)
+    rows_per_chunk = max(1, CHUNK_GROUPS // group_cols)
+    for start in range(0, rows, rows_per_chunk):
+        stop = min(rows, start + rows_per_chunk)
+        chunk = _quantize_rows(exact_weight[start:stop], h, method, init, K, U, global_scale)
+        codes[start:stop], scale_bytes[start:stop], initial_bytes[start:stop] = chunk
+
+    delta = (scale_bytes.astype(np.int16) - initial_bytes.astype(np.int16)).astype(np.int8)
+    return QuantizedWeight(codes=codes, packed=pack_codes(codes), scale_bytes=scale_bytes,
+                           global_scale=global_scale, delta=delta, method=method, init=init,
+                           K=K, U=U, scale_ceiling=scale_ceiling, initial_bytes=initial_bytes)
+
+
+def _quantize_rows(weight_rows, h, method, init, K, U, global_scale):
+    """Codes, scale bytes and initial bytes of a block of rows (float64 (r, n))."""
+    rows, cols = weight_rows.shape
+    groups = weight_rows.reshape(-1, GROUP_SIZE)  # row-major: group (r, i) is row r*n/16 + i
+    group_amax = np.max(np.abs(groups), axis=1)
+    if init == "maxabs":
+        initial_byte = maxabs_byte(group_amax, global_scale)  # NVFP4-INIT-1
+    else:
+        initial_byte = four_over_six_byte(groups, group_amax, global_scale)  # NVFP4-INIT-2
+
+    if method == "rtn":
+        scale_byte = initial_byte  # HSCALE-METHOD-1: no search
+    else:
+        if method == "scale-only":
+            group_h = UNIT_WEIGHTS  # HSCALE-METHOD-1: h = 1
+        else:
+            group_h = np.tile(h.reshape(-1, GROUP_SIZE), (rows, 1))
+        scale_byte = search_scale_byte(groups, group_h, initial_byte, global_scale, K, U)
+
+    zero_group = group_amax == 0
+    scale_byte = np.where(zero_group, 0, scale_byte).astype(np.uint8)  # NVFP4-ZERO-1
+    initial_byte = np.where(zero_group, 0, initial_byte).astype(np.uint8)  # NVFP4-ZERO-1
+
+    # Final encoding with the chosen byte; a zero group keeps only the signs (NVFP4-ZERO-1).
+    scale = effective_scale(np.maximum(scale_byte, 1), global_scale)
+    group_codes = np.where(zero_group[:, None], sign_only_codes(groups),
+                           encode_e2m1(groups, scale[:, None]))
+    return (group_codes.reshape(rows, cols), scale_byte.reshape(rows, -1),
+            initial_byte.reshape(rows, -1))

@@ -1,0 +1,130 @@
+"""Input validation (spec clauses NVFP4-IN-1 .. NVFP4-IN-5).
+
+Bad input is rejected with a ``ValueError`` that names the argument, the first offending index
+and the rule broken. Nothing is silently clamped or converted.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import ml_dtypes
+import numpy as np
+
+from .global_scale import FP32_SMALLEST_NORMAL
+from .objective import GROUP_SIZE
+
+WEIGHT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+METHODS = ("rtn", "scale-only", "hscale")
+INITS = ("maxabs", "4over6")
+
+
+def _first_index(mask: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argwhere(mask)[0])
+
+
+def _index_text(index: tuple[int, ...]) -> str:
+    return "[" + ", ".join(str(i) for i in index) + "]"
+
+
+def check_weight(weight) -> np.ndarray:
+    """The weight as exact float64 (m, n), or a ValueError (NVFP4-IN-1)."""
+    if not isinstance(weight, np.ndarray):
+        raise ValueError(f"weight: expected a numpy array, got {type(weight).__name__} "
+                         "(spec NVFP4-IN-1)")
+    if weight.dtype not in WEIGHT_DTYPES:
+        raise ValueError(f"weight: dtype {weight.dtype} is not accepted; use float32, float16 or "
+                         "bfloat16 (ml_dtypes) (spec NVFP4-IN-1)")
+    if weight.ndim != 2:
+        raise ValueError(f"weight: expected a 2-D (m, n) array, got shape {weight.shape} "
+                         "(spec NVFP4-IN-1)")
+    rows, cols = weight.shape
+    if rows == 0 or cols == 0:
+        raise ValueError(f"weight: shape {weight.shape} is empty (spec NVFP4-IN-1)")
+    if cols % GROUP_SIZE:
+        raise ValueError(f"weight: n = {cols} columns is not a multiple of the group size "
+                         f"{GROUP_SIZE} (spec NVFP4-IN-1)")
+    exact = weight.astype(np.float64)  # every accepted dtype converts exactly
+    not_finite = ~np.isfinite(exact)
+    if not_finite.any():
+        index = _first_index(not_finite)
+        raise ValueError(f"weight{_index_text(index)} = {exact[index]}: weights must be finite, "
+                         "NaN and Inf cannot be quantized (spec NVFP4-IN-1)")
+    return exact
+
+
+def check_hessian_diag(hessian_diag, cols: int) -> np.ndarray:
+    """h as float64 (n,), or a ValueError (NVFP4-IN-2)."""
+    h = np.asarray(hessian_diag)
+    if h.dtype.kind not in "fiu":
+        raise ValueError(f"hessian_diag: dtype {h.dtype} is not a real number type "
+                         "(spec NVFP4-IN-2)")
+    if h.shape != (cols,):
+        raise ValueError(f"hessian_diag: shape {h.shape}, expected ({cols},), one weight per "
+                         "input column of the weight (spec NVFP4-IN-2)")
+    exact = h.astype(np.float64)
+    if not np.array_equal(exact.astype(h.dtype), h, equal_nan=True):
+        raise ValueError("hessian_diag: does not convert exactly to float64 (spec NVFP4-IN-2)")
+    bad = ~np.isfinite(exact)
+    if bad.any():
+        j = _first_index(bad)[0]
+        raise ValueError(f"hessian_diag[{j}] = {exact[j]}: must be finite (spec NVFP4-IN-2)")
+    negative = exact < 0
+    if negative.any():
+        j = _first_index(negative)[0]
+        raise ValueError(f"hessian_diag[{j}] = {exact[j]}: must be non-negative, a diagonal of "
+                         "X^T X (spec NVFP4-IN-2)")
+    return exact
+
+
+def check_window(K, U) -> tuple[int, int]:
+    """K >= 1 candidates with 0 <= U <= K - 1 upward shifts, as ints (NVFP4-IN-3)."""
+    for name, value in (("K", K), ("U", U)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(f"{name} = {value!r}: must be an integer (spec NVFP4-IN-3)")
+    K, U = int(K), int(U)
+    if K < 1:
+        raise ValueError(f"K = {K}: the window needs at least one candidate, K >= 1 "
+                         "(spec NVFP4-IN-3)")
+    if not 0 <= U <= K - 1:
+        raise ValueError(f"U = {U}: must lie in 0..K-1 = 0..{K - 1} so that D = K-1-U >= 0 "
+                         "(spec NVFP4-IN-3)")
+    return K, U
+
+
+def check_global_scale(global_scale) -> np.float32:
+    """A caller-supplied s_g: a positive, finite, normal fp32 value (NVFP4-IN-4)."""
+    if isinstance(global_scale, bool) or not isinstance(global_scale, (numbers.Real, np.generic)):
+        raise ValueError(f"global_scale = {global_scale!r}: must be a real number "
+                         "(spec NVFP4-IN-4)")
+    value = float(global_scale)
+    if not np.isfinite(value) or value <= 0:
+        raise ValueError(f"global_scale = {value!r}: must be positive and finite "
+                         "(spec NVFP4-IN-4)")
+    if float(np.float32(value)) != value:
+        raise ValueError(f"global_scale = {value!r}: is not exactly representable in fp32; "
+                         "it is stored as fp32 and would be silently rounded (spec NVFP4-IN-4)")
+    if value < FP32_SMALLEST_NORMAL:
+        raise ValueError(f"global_scale = {value!r}: is below the smallest normal fp32 2^-126 "
+                         "(spec NVFP4-IN-4)")
+    return np.float32(value)
+
+
+def check_scale_ceiling(scale_ceiling) -> float:
+    """The scale ceiling C: a real number in (0, 448] (NVFP4-IN-4)."""
+    if isinstance(scale_ceiling, bool) or not isinstance(scale_ceiling, (numbers.Real, np.generic)):
+        raise ValueError(f"scale_ceiling = {scale_ceiling!r}: must be a real number "
+                         "(spec NVFP4-IN-4)")
+    value = float(scale_ceiling)
+    if not (np.isfinite(value) and 0 < value <= 448.0):
+        raise ValueError(f"scale_ceiling = {value!r}: must lie in (0, 448], the E4M3 range "
+                         "(spec NVFP4-IN-4)")
+    return value
+
+
+def check_choice(name: str, value, allowed: tuple[str, ...]) -> str:
+    """``method`` or ``init`` among the named choices (NVFP4-IN-5)."""
+    if value not in allowed:
+        raise ValueError(f"{name} = {value!r}: must be one of {', '.join(map(repr, allowed))} "
+                         "(spec NVFP4-IN-5)")
+    return value
