@@ -80,8 +80,8 @@ def quantize(weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16,
     """
     method = check_choice("method", method, METHODS)
     init = check_choice("init", init, INITS)
-    exact_weight = check_weight(weight)
-    rows, cols = exact_weight.shape
+    weight = check_weight(weight)
+    rows, cols = weight.shape
     K, U = check_window(K, U)
     scale_ceiling = check_scale_ceiling(scale_ceiling)
     if method == "hscale":
@@ -92,7 +92,8 @@ def quantize(weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16,
     else:
         h = None  # HSCALE-METHOD-1: rtn and scale-only do not read it
     if global_scale is None:
-        global_scale = compute_global_scale(np.max(np.abs(exact_weight)), scale_ceiling)
+        amax = float(np.max(np.abs(weight)))  # exact in the weight's own dtype
+        global_scale = compute_global_scale(amax, scale_ceiling)
     else:
         global_scale = check_global_scale(global_scale)
 
@@ -103,7 +104,8 @@ def quantize(weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16,
     rows_per_chunk = max(1, CHUNK_GROUPS // group_cols)
     for start in range(0, rows, rows_per_chunk):
         stop = min(rows, start + rows_per_chunk)
-        chunk = _quantize_rows(exact_weight[start:stop], h, method, init, K, U, global_scale)
+        exact_rows = weight[start:stop].astype(np.float64)  # exact widening
+        chunk = _quantize_rows(exact_rows, h, method, init, K, U, global_scale)
         codes[start:stop], scale_bytes[start:stop], initial_bytes[start:stop] = chunk
 
     delta = (scale_bytes.astype(np.int16) - initial_bytes.astype(np.int16)).astype(np.int8)

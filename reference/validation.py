@@ -28,7 +28,7 @@ def _index_text(index: tuple[int, ...]) -> str:
 
 
 def check_weight(weight) -> np.ndarray:
-    """The weight as exact float64 (m, n), or a ValueError (NVFP4-IN-1)."""
+    """The weight itself, checked (NVFP4-IN-1); every accepted dtype widens exactly to float64."""
     if not isinstance(weight, np.ndarray):
         raise ValueError(f"weight: expected a numpy array, got {type(weight).__name__} "
                          "(spec NVFP4-IN-1)")
@@ -44,13 +44,12 @@ def check_weight(weight) -> np.ndarray:
     if cols % GROUP_SIZE:
         raise ValueError(f"weight: n = {cols} columns is not a multiple of the group size "
                          f"{GROUP_SIZE} (spec NVFP4-IN-1)")
-    exact = weight.astype(np.float64)  # every accepted dtype converts exactly
-    not_finite = ~np.isfinite(exact)
+    not_finite = ~np.isfinite(weight)
     if not_finite.any():
         index = _first_index(not_finite)
-        raise ValueError(f"weight{_index_text(index)} = {exact[index]}: weights must be finite, "
-                         "NaN and Inf cannot be quantized (spec NVFP4-IN-1)")
-    return exact
+        raise ValueError(f"weight{_index_text(index)} = {float(weight[index])}: weights must be "
+                         "finite, NaN and Inf cannot be quantized (spec NVFP4-IN-1)")
+    return weight
 
 
 def check_hessian_diag(hessian_diag, cols: int) -> np.ndarray:
