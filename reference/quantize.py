@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .e2m1 import E2M1_VALUES, encode_e2m1, sign_only_codes
-from .e4m3 import decode_e4m3
 from .global_scale import DEFAULT_SCALE_CEILING, compute_global_scale
 from .initial_scale import four_over_six_byte, maxabs_byte
 from .objective import GROUP_SIZE, UNIT_WEIGHTS
@@ -114,32 +113,42 @@ def quantize(weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16,
                            K=K, U=U, scale_ceiling=scale_ceiling, initial_bytes=initial_bytes)
 
 
-def _quantize_rows(weight_rows, h, method, init, K, U, global_scale):
-    """Codes, scale bytes and initial bytes of a block of rows (float64 (r, n))."""
-    rows, cols = weight_rows.shape
-    groups = weight_rows.reshape(-1, GROUP_SIZE)  # row-major: group (r, i) is row r*n/16 + i
+def select_scale_bytes(groups, group_h, method, init, K, U, global_scale):
+    """(initial byte, chosen byte) of each group (rows of ``groups``, float64 (G, 16)).
+
+    ``group_h`` is the Hessian diagonal of each group, (G, 16) or (16,); read by hscale only.
+    """
     group_amax = np.max(np.abs(groups), axis=1)
     if init == "maxabs":
         initial_byte = maxabs_byte(group_amax, global_scale)  # NVFP4-INIT-1
     else:
         initial_byte = four_over_six_byte(groups, group_amax, global_scale)  # NVFP4-INIT-2
-
     if method == "rtn":
         scale_byte = initial_byte  # HSCALE-METHOD-1: no search
     else:
-        if method == "scale-only":
-            group_h = UNIT_WEIGHTS  # HSCALE-METHOD-1: h = 1
-        else:
-            group_h = np.tile(h.reshape(-1, GROUP_SIZE), (rows, 1))
-        scale_byte = search_scale_byte(groups, group_h, initial_byte, global_scale, K, U)
-
+        weights = UNIT_WEIGHTS if method == "scale-only" else group_h  # HSCALE-METHOD-1
+        scale_byte = search_scale_byte(groups, weights, initial_byte, global_scale, K, U)
     zero_group = group_amax == 0
-    scale_byte = np.where(zero_group, 0, scale_byte).astype(np.uint8)  # NVFP4-ZERO-1
     initial_byte = np.where(zero_group, 0, initial_byte).astype(np.uint8)  # NVFP4-ZERO-1
+    scale_byte = np.where(zero_group, 0, scale_byte).astype(np.uint8)  # NVFP4-ZERO-1
+    return initial_byte, scale_byte
 
-    # Final encoding with the chosen byte; a zero group keeps only the signs (NVFP4-ZERO-1).
+
+def encode_groups(groups, scale_byte, global_scale):
+    """Codes of each group at its chosen byte; a zero group keeps only signs (NVFP4-ZERO-1)."""
+    zero_group = scale_byte == 0
     scale = effective_scale(np.maximum(scale_byte, 1), global_scale)
-    group_codes = np.where(zero_group[:, None], sign_only_codes(groups),
-                           encode_e2m1(groups, scale[:, None]))
+    return np.where(zero_group[:, None], sign_only_codes(groups),
+                    encode_e2m1(groups, scale[:, None]))
+
+
+def _quantize_rows(weight_rows, h, method, init, K, U, global_scale):
+    """Codes, scale bytes and initial bytes of a block of rows (float64 (r, n))."""
+    rows, cols = weight_rows.shape
+    groups = weight_rows.reshape(-1, GROUP_SIZE)  # row-major: group (r, i) is row r*n/16 + i
+    group_h = None if h is None else np.tile(h.reshape(-1, GROUP_SIZE), (rows, 1))
+    initial_byte, scale_byte = select_scale_bytes(groups, group_h, method, init, K, U,
+                                                  global_scale)
+    group_codes = encode_groups(groups, scale_byte, global_scale)
     return (group_codes.reshape(rows, cols), scale_byte.reshape(rows, -1),
             initial_byte.reshape(rows, -1))
