@@ -15,6 +15,8 @@ DEFAULT_SCALE_CEILING = 448.0  # ModelOpt, torchao, TransformerEngine
 FOUR_OVER_SIX_SCALE_CEILING = 256.0  # the 4over6 reference: leaves E4M3 headroom
 FP32_SMALLEST_NORMAL = 2.0 ** -126
 FP32_MANTISSA_BITS = 23
+# The largest dequantized magnitude is 6 (E2M1) * 448 (E4M3) * s_g.
+LARGEST_PRODUCT_OF_CODES = 6 * 448
 
 
 def fraction_to_fp32(value: Fraction) -> float:
@@ -28,15 +30,30 @@ def fraction_to_fp32(value: Fraction) -> float:
     return float(steps * quantum)  # exact: at most 25 significant bits
 
 
+def dequantizes_finitely(global_scale: float) -> bool:
+    """True when ``fp32(6 * 448 * s_g)``, the largest dequantized magnitude, is finite."""
+    largest = LARGEST_PRODUCT_OF_CODES * float(global_scale)  # exact in float64
+    with np.errstate(over="ignore"):
+        return bool(np.isfinite(np.float32(largest)))
+
+
 def compute_global_scale(amax: float, scale_ceiling: float = DEFAULT_SCALE_CEILING) -> np.float32:
     """``s_g = fp32_rne(amax / (6 * C))`` of the exact real quotient (NVFP4-GS-1).
 
     ``amax == 0`` gives 1.0, and a quotient below the smallest normal fp32 is raised to it
-    (NVFP4-GS-2), so ``s_g`` is always a positive normal fp32.
+    (NVFP4-GS-2), so ``s_g`` is always a positive normal fp32. A tensor whose ``s_g`` would
+    let a dequantized value overflow fp32 (possible only with a scale ceiling far below 448 and
+    weights near the fp32 maximum) is rejected (NVFP4-GS-2).
     """
     if amax == 0:
         return np.float32(1.0)  # NVFP4-GS-2
     exact_quotient = Fraction(float(amax)) / (6 * Fraction(float(scale_ceiling)))  # NVFP4-GS-1
     if exact_quotient < FP32_SMALLEST_NORMAL:
         return np.float32(FP32_SMALLEST_NORMAL)  # NVFP4-GS-2
-    return np.float32(fraction_to_fp32(exact_quotient))  # NVFP4-GS-1
+    global_scale = fraction_to_fp32(exact_quotient)  # NVFP4-GS-1
+    if not dequantizes_finitely(global_scale):
+        raise ValueError(f"global scale: amax = {float(amax)!r} with scale_ceiling = "
+                         f"{float(scale_ceiling)!r} gives s_g = {global_scale!r}, and 6 * 448 * s_g "
+                         "overflows fp32 on dequantization; use a larger scale_ceiling "
+                         "(spec NVFP4-GS-2)")
+    return np.float32(global_scale)

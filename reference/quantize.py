@@ -85,8 +85,8 @@ def quantize(weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16,
     scale_ceiling = check_scale_ceiling(scale_ceiling)
     if method == "hscale":
         if hessian_diag is None:
-            raise ValueError("hessian_diag: method 'hscale' needs the Hessian diagonal h "
-                             "(spec HSCALE-METHOD-1)")
+            raise ValueError("hessian_diag: method 'hscale' needs the Hessian diagonal h, got "
+                             "None (spec NVFP4-IN-2, HSCALE-METHOD-1)")
         h = check_hessian_diag(hessian_diag, cols)
     else:
         h = None  # HSCALE-METHOD-1: rtn and scale-only do not read it

@@ -11,7 +11,7 @@ import numbers
 import ml_dtypes
 import numpy as np
 
-from .global_scale import FP32_SMALLEST_NORMAL
+from .global_scale import FP32_SMALLEST_NORMAL, dequantizes_finitely
 from .objective import GROUP_SIZE
 
 WEIGHT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
@@ -55,7 +55,7 @@ def check_weight(weight) -> np.ndarray:
 def check_hessian_diag(hessian_diag, cols: int) -> np.ndarray:
     """h as float64 (n,), or a ValueError (NVFP4-IN-2)."""
     h = np.asarray(hessian_diag)
-    if h.dtype.kind not in "fiu":
+    if h.dtype.kind not in "fiu" and h.dtype != np.dtype(ml_dtypes.bfloat16):
         raise ValueError(f"hessian_diag: dtype {h.dtype} is not a real number type "
                          "(spec NVFP4-IN-2)")
     if h.shape != (cols,):
@@ -92,7 +92,8 @@ def check_window(K, U) -> tuple[int, int]:
 
 
 def check_global_scale(global_scale) -> np.float32:
-    """A caller-supplied s_g: a positive, finite, normal fp32 value (NVFP4-IN-4)."""
+    """A caller-supplied s_g: a positive, finite, normal fp32 value with which the largest
+    dequantized magnitude 6 * 448 * s_g is still finite in fp32 (NVFP4-IN-4)."""
     if isinstance(global_scale, bool) or not isinstance(global_scale, (numbers.Real, np.generic)):
         raise ValueError(f"global_scale = {global_scale!r}: must be a real number "
                          "(spec NVFP4-IN-4)")
@@ -106,6 +107,9 @@ def check_global_scale(global_scale) -> np.float32:
     if value < FP32_SMALLEST_NORMAL:
         raise ValueError(f"global_scale = {value!r}: is below the smallest normal fp32 2^-126 "
                          "(spec NVFP4-IN-4)")
+    if not dequantizes_finitely(value):
+        raise ValueError(f"global_scale = {value!r}: 6 * 448 * global_scale overflows fp32, so "
+                         "dequantized values could be infinite (spec NVFP4-IN-4)")
     return np.float32(value)
 
 
