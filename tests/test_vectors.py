@@ -1,0 +1,411 @@
+"""Golden vectors (vectors/, docs/vectors.md): the committed level-0 set is what the reference
+generates, every clause has a level-0 case, and the verify / check commands catch drift and
+wrong results."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import re
+import shutil
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hscale.reference import SCALE_BYTE_VALUES, candidate_errors, priority_order
+from hscale.reference.e2m1 import E2M1_VALUES, encode_e2m1
+from hscale.reference.window import candidate_byte
+from hscale.vectors import formats, hexio
+from hscale.vectors.catalogue import (DEFAULT_SEED, ORDER_TRAPS, clause_index, level0_cases,
+                                      spec_clause_ids)
+from hscale.vectors.check import check, load_vectors, observed_lines
+from hscale.vectors.cli import add_vectors_parser, run_vectors
+from hscale.vectors.docs import (BEGIN, END, EXAMPLE_BEGIN, EXAMPLE_END, block, clause_table,
+                                 worked_example)
+from hscale.vectors.generate import generate_files, write_files
+from hscale.vectors.ties import load_tie_table, tie_pattern
+from hscale.vectors.verify import verify_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+LEVEL0 = ROOT / "vectors" / "level0"
+DOC = ROOT / "docs" / "vectors.md"
+
+
+@pytest.fixture(scope="module")
+def level0_files():
+    return generate_files(0, DEFAULT_SEED)
+
+
+@pytest.fixture()
+def level0_copy(tmp_path):
+    target = tmp_path / "level0"
+    shutil.copytree(LEVEL0, target)
+    return target
+
+
+# ------------------------------------------------------------------------------------------
+# The committed set
+# ------------------------------------------------------------------------------------------
+
+def test_committed_level0_is_what_the_reference_generates(level0_files):
+    committed = {p.name: p.read_bytes() for p in LEVEL0.iterdir() if p.is_file()}
+    missing = sorted(set(level0_files) - set(committed))
+    extra = sorted(set(committed) - set(level0_files))
+    changed = sorted(n for n in set(level0_files) & set(committed)
+                     if level0_files[n] != committed[n])
+    assert not (missing or extra or changed), (
+        f"vectors/level0 drifted from the reference and catalogue: missing {missing}, extra "
+        f"{extra}, changed {changed}. If the change is intended, regenerate with "
+        f"`python -m hscale.vectors generate --out vectors/level0` and review the diff.")
+
+
+def test_committed_level0_verifies():
+    assert verify_dir(LEVEL0) == []
+
+
+def test_committed_level0_is_small():
+    total = sum(p.stat().st_size for p in LEVEL0.iterdir())
+    assert total < 5 * 1024 * 1024, total
+
+
+def test_manifest_lists_every_file_with_its_sha256():
+    manifest = json.loads((LEVEL0 / formats.MANIFEST).read_text())
+    import hscale
+    assert manifest["spec_version"] == hscale.SPEC_VERSION
+    on_disk = {p.name for p in LEVEL0.iterdir()} - {formats.MANIFEST, formats.SHA256SUMS}
+    assert set(manifest["files"]) == on_disk
+    for name, info in manifest["files"].items():
+        assert formats.sha256((LEVEL0 / name).read_bytes()) == info["sha256"], name
+    sums = (LEVEL0 / formats.SHA256SUMS).read_text().splitlines()
+    assert sorted(line.split("  ")[1] for line in sums) == sorted(on_disk)
+
+
+# ------------------------------------------------------------------------------------------
+# Clause coverage
+# ------------------------------------------------------------------------------------------
+
+def test_every_clause_has_a_level0_case():
+    covered = clause_index(level0_cases())
+    missing = [c for c in spec_clause_ids() if c not in covered]
+    assert not missing, f"clauses without a level-0 vector case: {missing}"
+
+
+def test_cases_cite_only_known_clauses():
+    known = set(spec_clause_ids())
+    unknown = {c for case in level0_cases() for c in case.clauses if c not in known}
+    assert not unknown, f"cases cite clause IDs that docs/spec.md does not define: {unknown}"
+
+
+def test_every_input_clause_has_an_expected_error_case():
+    errors = {case.expect_error for case in level0_cases() if case.expect_error}
+    for clause in ("NVFP4-IN-1", "NVFP4-IN-2", "NVFP4-IN-3", "NVFP4-IN-4", "NVFP4-IN-5"):
+        assert clause in errors, clause
+
+
+def test_docs_generated_blocks_are_current():
+    text = DOC.read_text()
+    assert block(text, BEGIN, END) == clause_table(), (
+        "docs/vectors.md clause table is stale; run `python -m hscale.vectors docs`")
+    assert block(text, EXAMPLE_BEGIN, EXAMPLE_END) == worked_example(), (
+        "docs/vectors.md worked example is stale; run `python -m hscale.vectors docs`")
+
+
+# ------------------------------------------------------------------------------------------
+# Determinism
+# ------------------------------------------------------------------------------------------
+
+def test_same_seed_gives_byte_identical_files(tmp_path, level0_files):
+    again = generate_files(0, DEFAULT_SEED)
+    assert again == level0_files
+    first, second = tmp_path / "a", tmp_path / "b"
+    write_files(first, generate_files(0, 7))
+    write_files(second, generate_files(0, 7))
+    for path in first.iterdir():
+        assert path.read_bytes() == (second / path.name).read_bytes(), path.name
+    # and the seed does reach the random cases
+    other = generate_files(0, 8)
+    assert other["fp32_hscale_maxabs_K16_U6_C448.json"] != \
+        generate_files(0, 7)["fp32_hscale_maxabs_K16_U6_C448.json"]
+
+
+def test_npz_has_no_timestamps_and_matches_json():
+    import zipfile
+    path = LEVEL0 / "fp32_hscale_maxabs_K16_U6_C448.npz"
+    with zipfile.ZipFile(path) as archive:
+        assert {info.date_time for info in archive.infolist()} == {formats.ZIP_DATE}
+    vectors = load_vectors(LEVEL0)
+    with np.load(path, allow_pickle=False) as data:
+        ids = list(data["case_ids"])
+        for index, case_id in enumerate(ids):
+            stored = vectors[case_id]
+            p = f"c{index:03d}_"
+            assert np.array_equal(data[p + "weight_bits"], hexio.bits(stored.case.weight))
+            assert np.array_equal(data[p + "scale_bytes"], stored.expected.scale_bytes)
+            assert np.array_equal(data[p + "packed"], stored.expected.packed)
+            assert np.array_equal(data[p + "dequantized"].view(np.uint32),
+                                  stored.expected.dequantized.view(np.uint32))
+
+
+def _readmemh_words(text: str) -> list[int]:
+    """What $readmemh reads: // comments dropped, '_' ignored, one word per token."""
+    words = []
+    for line in text.splitlines():
+        line = line.split("//", 1)[0]
+        words += [int(token.replace("_", ""), 16) for token in line.split()]
+    return words
+
+
+def test_hex_file_columns_match_the_header_and_json():
+    path = LEVEL0 / "fp32_hscale_maxabs_K16_U6_C448.hex"
+    text = path.read_text()
+    fields = {}
+    for match in re.finditer(r"^//\s+(\w+)\s+(\d+)\s+\[\s*(\d+):\s*(\d+)\]", text, re.M):
+        fields[match.group(1)] = (int(match.group(3)), int(match.group(4)))
+    words = _readmemh_words(text)
+    document = json.loads((LEVEL0 / "fp32_hscale_maxabs_K16_U6_C448.json").read_text())
+    vectors = load_vectors(LEVEL0)
+
+    def field(word, name):
+        hi, lo = fields[name]
+        return (word >> lo) & ((1 << (hi - lo + 1)) - 1)
+
+    expected_count = sum(vectors[c["id"]].case.weight.shape[0] * c["inputs"]["shape"][1] // 16
+                         for c in document["cases"])
+    assert len(words) == expected_count
+    for word in words[::37]:
+        case = vectors[document["cases"][field(word, "case")]["id"]]
+        r, i = field(word, "row"), field(word, "group")
+        assert field(word, "scale") == case.expected.scale_bytes[r, i]
+        assert field(word, "c0") == case.expected.initial_bytes[r, i]
+        assert field(word, "packed") == int(case.expected.packed[r, 8 * i:8 * i + 8].tobytes()
+                                            .hex(), 16)
+        assert field(word, "w5") == hexio.bits(case.case.weight)[r, 16 * i + 5]
+        assert field(word, "h15") == hexio.bits(case.case.hessian_diag)[16 * i + 15]
+        assert field(word, "deq0") == case.expected.dequantized.view(np.uint32)[r, 16 * i]
+
+
+# ------------------------------------------------------------------------------------------
+# verify
+# ------------------------------------------------------------------------------------------
+
+def test_verify_names_file_and_case_on_drift(level0_copy):
+    name = "fp32_rtn_maxabs_C448.json"
+    document = json.loads((level0_copy / name).read_text())
+    case = next(c for c in document["cases"] if c["id"] == "e2m1-midpoint-ties")
+    case["expected"]["scale_bytes"][1] = "3c"
+    (level0_copy / name).write_text(formats.dumps(document))
+    problems = verify_dir(level0_copy)
+    assert any(name in p and "e2m1-midpoint-ties" in p and "scale_bytes" in p for p in problems)
+    assert any("SHA-256" in p for p in problems)
+
+
+def test_verify_catches_a_changed_hex_file_even_with_a_fixed_manifest(level0_copy):
+    name = "fp32_rtn_maxabs_C448.hex"
+    text = (level0_copy / name).read_text().replace("_38_38_00_", "_38_39_00_", 1)
+    (level0_copy / name).write_text(text)
+    manifest = json.loads((level0_copy / formats.MANIFEST).read_text())
+    manifest["files"][name]["sha256"] = formats.sha256(text.encode())
+    (level0_copy / formats.MANIFEST).write_text(formats.dumps(manifest))
+    problems = verify_dir(level0_copy)
+    assert any(p.startswith(name) and "case " in p for p in problems), problems
+
+
+def test_verify_cli_exit_status(level0_copy):
+    run = [sys.executable, "-m", "hscale.vectors", "verify"]
+    ok = subprocess.run(run + [str(LEVEL0)], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    (level0_copy / "errors.json").write_text("{}")
+    bad = subprocess.run(run + [str(level0_copy)], capture_output=True, text=True)
+    assert bad.returncode == 1
+    assert "DRIFT errors.json" in bad.stdout
+
+
+# ------------------------------------------------------------------------------------------
+# check (third-party results)
+# ------------------------------------------------------------------------------------------
+
+def _observed(tmp_path, lines) -> Path:
+    path = tmp_path / "observed.txt"
+    path.write_text("# a third party's results\n" + "\n".join(lines) + "\n")
+    return path
+
+
+def _run_check(path, **kwargs) -> tuple[int, str]:
+    out = io.StringIO()
+    status = check(LEVEL0, path, out=out, **kwargs)
+    return status, out.getvalue()
+
+
+def test_check_passes_a_correct_result_file(tmp_path):
+    status, text = _run_check(_observed(tmp_path, observed_lines(LEVEL0)), require_all=True)
+    assert status == 0, text
+    assert ", 0 errors;" in text
+
+
+def test_check_catches_a_single_flipped_nibble(tmp_path):
+    lines = observed_lines(LEVEL0)
+    index = lines.index(next(l for l in lines if l.startswith("e2m1-midpoint-ties 0 0 ")))
+    case_id, row, group, byte, packed = lines[index].split()
+    # element 3 is the high nibble of byte 1 (hex digits 2..3: high digit first)
+    flipped = packed[:2] + format(int(packed[2], 16) ^ 0x1, "x") + packed[3:]
+    lines[index] = " ".join((case_id, row, group, byte, flipped))
+    status, text = _run_check(_observed(tmp_path, lines))
+    assert status == 1
+    assert f"=> {byte} {flipped}  expected: {byte} {packed}" in text
+    assert "NVFP4-E2M1-2: element 3" in text
+    assert "w=" in text and "s_g=3f800000" in text
+
+
+def test_check_catches_a_single_wrong_scale_byte(tmp_path):
+    lines = observed_lines(LEVEL0)
+    index = lines.index(next(l for l in lines if l.startswith("random-normal-hscale 2 3 ")))
+    case_id, row, group, byte, packed = lines[index].split()
+    wrong = format(int(byte, 16) + 1, "02x")
+    lines[index] = " ".join((case_id, row, group, wrong, packed))
+    status, text = _run_check(_observed(tmp_path, lines))
+    assert status == 1
+    assert f"=> {wrong} {packed}  expected: {byte} {packed}" in text
+    assert "HSCALE-ARGMIN-1: E(0x" in text  # both candidates' objectives are shown
+    assert "h=" in text
+
+
+def test_check_stops_after_n_errors(tmp_path):
+    lines = [re.sub(r" ([0-9a-f]{2}) ", lambda m: f" {int(m.group(1), 16) ^ 1:02x} ", l, 1)
+             if " gs " not in l else l for l in observed_lines(LEVEL0)]
+    status, text = _run_check(_observed(tmp_path, lines), max_errors=3)
+    assert status == 1
+    assert text.count("  expected: ") == 3
+    assert "stopped after 3 errors" in text
+
+
+def test_check_reports_swapped_nibbles_and_sign_bits_and_global_scale(tmp_path):
+    lines = observed_lines(LEVEL0)
+    out = []
+    for line in lines:
+        f = line.split()
+        if f[0] == "random-fp16-rtn" and f[1:3] == ["0", "0"]:
+            f[4] = "".join(f[4][i + 1] + f[4][i] for i in range(0, 16, 2))
+        if f[0] == "e2m1-signed-zeros" and f[1:3] == ["0", "0"]:
+            f[4] = f[4][:2] + format(int(f[4][2], 16) ^ 8, "x") + f[4][3:]
+        if f[0] == "gs-division-trap" and f[1] == "gs":
+            f[2] = "399638af"
+        out.append(" ".join(f))
+    status, text = _run_check(_observed(tmp_path, out))
+    assert status == 1
+    assert "NVFP4-PACK-1: nibbles swapped" in text
+    assert "NVFP4-E2M1-3: element 3" in text
+    assert "gs-division-trap gs" in text and "NVFP4-GS-1" in text
+
+
+def test_check_cli_through_the_hscale_parser(tmp_path):
+    parser = argparse.ArgumentParser(prog="hscale")
+    add_vectors_parser(parser.add_subparsers(dest="command"))
+    good = _observed(tmp_path, observed_lines(LEVEL0)[:50])
+    args = parser.parse_args(["vectors", "check", str(LEVEL0), "--observed", str(good)])
+    assert args.func is run_vectors
+    assert run_vectors(args) == 0
+
+
+# ------------------------------------------------------------------------------------------
+# Levels 1 and 2, and the frozen constructions
+# ------------------------------------------------------------------------------------------
+
+def test_level1_subset_generates_and_verifies(tmp_path):
+    files = generate_files(1, DEFAULT_SEED, subset="l1-tie")
+    write_files(tmp_path, files)
+    assert verify_dir(tmp_path) == []
+    vectors = load_vectors(tmp_path)
+    order = priority_order(16, 6)
+    assert len(vectors) == 120  # every pair of shifts of the default window
+    for case_id, stored in vectors.items():
+        a, b = (int(x) for x in re.match(r"l1-tie-([+-]\d+)-([+-]\d+)", case_id).groups())
+        winner = a if order.index(a) < order.index(b) else b
+        assert int(stored.expected.delta[0, 0]) == winner, case_id
+
+
+def test_level1_e2m1_sweep_covers_every_scale_byte(tmp_path):
+    files = generate_files(1, DEFAULT_SEED, subset="l1-e2m1-fp32")
+    write_files(tmp_path, files)
+    stored = load_vectors(tmp_path)["l1-e2m1-fp32"]
+    assert sorted(set(stored.expected.scale_bytes.ravel().tolist())) == list(range(1, 127))
+    assert sorted(set(stored.expected.codes.ravel().tolist())) == list(range(16))
+
+
+def test_level2_small_generates(tmp_path):
+    files = generate_files(2, 5, cases=6, max_rows=4, max_groups=3)
+    write_files(tmp_path, files)
+    assert verify_dir(tmp_path) == []
+
+
+def test_tie_table_pairs_tie_exactly():
+    table = load_tie_table()
+    assert len(table) == 120
+    for (a, b), (c0, group, h) in table.items():
+        assert group.dtype == np.float32
+        assert group[0] == 6 * SCALE_BYTE_VALUES[c0] and h[0] == 0  # pins c0, does not count
+        assert tie_pattern(group, h, c0) == (a, b)
+
+
+def _objective_variant(group, h, c0, variant):
+    """The choice made by an implementation that evaluates the objective another way."""
+    order = priority_order(16, 6)
+    errors = []
+    for delta in order:
+        byte = int(candidate_byte(np.array([c0], np.uint8), delta)[0])
+        s = float(SCALE_BYTE_VALUES[byte])
+        q = E2M1_VALUES[encode_e2m1(group[None, :], np.array([[s]]))[0]]
+        d = group - q * s
+        if variant == "sequential":
+            total = 0.0
+            for term in h * (d * d):
+                total += term
+        elif variant == "fma":
+            total = 0.0
+            for hj, dj in zip(h, d):  # fma(h_j, d_j^2, total): one rounding
+                total = float(Fraction(float(hj)) * Fraction(float(dj * dj)) + Fraction(total))
+        elif variant == "product-order":
+            terms = (h * d) * d
+            while terms.size > 1:
+                terms = terms[0::2] + terms[1::2]
+            total = terms[0]
+        else:  # fp32
+            terms = (h.astype(np.float32) * (group.astype(np.float32)
+                                             - (q * s).astype(np.float32)) ** 2)
+            while terms.size > 1:
+                terms = (terms[0::2] + terms[1::2]).astype(np.float32)
+            total = float(terms[0])
+        errors.append(total)
+    best = 0
+    for i in range(1, len(errors)):
+        if errors[i] < errors[best]:
+            best = i
+    return order[best]
+
+
+@pytest.mark.parametrize("trap", ORDER_TRAPS, ids=[t[0] for t in ORDER_TRAPS])
+def test_objective_order_traps_catch_their_variant(trap):
+    case_id, c0, w_hex, h_hex, _ = trap
+    group = hexio.from_row_text(w_hex, "float32").astype(np.float64)
+    h = hexio.from_row_text(h_hex, "float64")
+    rows = candidate_errors(group, h, c0, 1.0, 16, 6)
+    reference = min(rows, key=lambda r: (r[2], priority_order(16, 6).index(r[0])))[0]
+    variant = {"obj-trap-sequential-sum": "sequential", "obj-trap-fused-multiply-add": "fma",
+               "obj-trap-product-order": "product-order",
+               "obj-trap-fp32-arithmetic": "fp32"}[case_id]
+    assert _objective_variant(group, h, c0, variant) != reference
+
+
+def test_minilm_cases_carry_their_inputs_and_provenance():
+    vectors = load_vectors(LEVEL0)
+    minilm = [s for k, s in vectors.items() if k.startswith("minilm-")]
+    assert len(minilm) >= 3
+    for stored in minilm:
+        assert "HSCALE-CAL-1" in stored.case.clauses
+        assert stored.case.hessian_diag is not None and stored.case.global_scale is not None
+        assert "calibration" in stored.case.provenance
+        assert np.any(stored.expected.delta != 0)

@@ -1,0 +1,170 @@
+"""The ``hscale vectors`` command.
+
+``add_vectors_parser(subparsers)`` adds the ``vectors`` sub-command to the ``hscale`` parser;
+``run_vectors(args)`` runs it and returns the exit status. ``python -m hscale.vectors ...``
+runs the same command on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_LEVEL0_DIR = Path(__file__).resolve().parent / "level0"
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    from .catalogue import DEFAULT_SEED
+
+    commands = parser.add_subparsers(dest="vectors_command", metavar="COMMAND")
+    commands.required = True
+
+    p = commands.add_parser("generate", help="generate a level of golden vectors into DIR")
+    p.add_argument("--out", required=True, type=Path, help="output directory")
+    p.add_argument("--level", type=int, default=0, choices=(0, 1, 2),
+                   help="0: named edge cases (the committed set), 1: exhaustive sweeps, "
+                        "2: large seeded random sweeps (default 0)")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                   help=f"seed of the random cases (default {DEFAULT_SEED})")
+    p.add_argument("--cases", type=int, default=64, help="level 2: number of random tensors")
+    p.add_argument("--subset", default=None,
+                   help="level 1: only the sweeps whose case ID starts with this")
+    p.add_argument("--no-clean", action="store_true",
+                   help="keep vector files in DIR that this run does not write")
+
+    p = commands.add_parser("verify", help="recompute DIR from its stored inputs; exit 1 on "
+                                           "any drift (content or checksum)")
+    p.add_argument("dir", type=Path, nargs="?", default=DEFAULT_LEVEL0_DIR,
+                   help="vector directory (default: the committed level-0 set)")
+
+    p = commands.add_parser("check", help="compare a third-party result file with DIR "
+                                          "(TestFloat-style report)")
+    p.add_argument("dir", type=Path, nargs="?", default=DEFAULT_LEVEL0_DIR,
+                   help="vector directory (default: the committed level-0 set)")
+    p.add_argument("--observed", required=True, type=Path,
+                   help="result file: lines 'case_id row group scale_byte packed_hex' and "
+                        "optionally 'case_id gs s_g_hex' (see docs/vectors.md)")
+    p.add_argument("--errors", type=int, default=20, help="stop after N errors (default 20)")
+    p.add_argument("--require-all", action="store_true",
+                   help="also fail when groups of the vectors are missing from the file")
+
+    p = commands.add_parser("expect", help="write the observed file a conforming "
+                                           "implementation would produce for DIR")
+    p.add_argument("dir", type=Path, nargs="?", default=DEFAULT_LEVEL0_DIR,
+                   help="vector directory (default: the committed level-0 set)")
+    p.add_argument("--out", type=Path, default=None, help="file (default: standard output)")
+    p.add_argument("--no-gs", action="store_true", help="leave out the 'gs' lines")
+
+    p = commands.add_parser("explain", help="one group worked end to end: inputs, s_g, every "
+                                            "candidate's objective, the chosen byte")
+    p.add_argument("dir", type=Path, nargs="?", default=DEFAULT_LEVEL0_DIR,
+                   help="vector directory (default: the committed level-0 set)")
+    p.add_argument("case")
+    p.add_argument("row", type=int, nargs="?", default=0)
+    p.add_argument("group", type=int, nargs="?", default=0)
+
+    p = commands.add_parser("clauses", help="print the clause -> case table (markdown)")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED)
+
+    commands.add_parser("docs", help="maintainers: rewrite the generated blocks of "
+                                     "docs/vectors.md (clause table, worked example)")
+
+    commands.add_parser("freeze-minilm", help="maintainers: recalibrate MiniLM and rewrite "
+                                              "vectors/minilm_slices.py (changes level 0)")
+    commands.add_parser("freeze-ties", help="maintainers: rerun the exact-tie search and "
+                                            "rewrite vectors/tie_table.py")
+    return parser
+
+
+def add_vectors_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``vectors`` to the ``hscale`` command's sub-parsers."""
+    parser = subparsers.add_parser(
+        "vectors", help="golden test vectors: generate, verify, check third-party results",
+        description="Golden test vectors for H-Scale NVFP4 (docs/vectors.md).")
+    configure_parser(parser)
+    parser.set_defaults(func=run_vectors)
+    return parser
+
+
+def run_vectors(args) -> int:
+    try:
+        return _run(args)
+    except FileNotFoundError as error:
+        print(f"hscale vectors {args.vectors_command}: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
+    command = args.vectors_command
+    if command == "generate":
+        from .generate import generate_files, write_files
+        start = time.perf_counter()
+        options = {}
+        if args.level == 2:
+            options["cases"] = args.cases
+        if args.level == 1 and args.subset:
+            options["subset"] = args.subset
+        files = generate_files(args.level, args.seed, **options)
+        write_files(args.out, files, clean=not args.no_clean)
+        size = sum(len(d) for d in files.values())
+        print(f"level {args.level}, seed {args.seed}: {len(files)} files, {size} bytes in "
+              f"{args.out} ({time.perf_counter() - start:.1f} s)")
+        return 0
+    if command == "verify":
+        from .verify import verify_dir
+        problems = verify_dir(args.dir)
+        for problem in problems:
+            print(f"DRIFT {problem}")
+        if problems:
+            print(f"{args.dir}: {len(problems)} problems; the vectors do not match the reference")
+            return 1
+        print(f"{args.dir}: OK (every case recomputed from its stored inputs, every checksum "
+              "matches)")
+        return 0
+    if command == "check":
+        from .check import check
+        return check(args.dir, args.observed, max_errors=max(1, args.errors),
+                     require_all=args.require_all)
+    if command == "expect":
+        from .check import observed_lines
+        text = "\n".join(observed_lines(args.dir, not args.no_gs)) + "\n"
+        if args.out:
+            Path(args.out).write_text(text)
+        else:
+            sys.stdout.write(text)
+        return 0
+    if command == "explain":
+        from .check import load_vectors
+        from .explain import explain_group
+        vectors = load_vectors(args.dir)
+        if args.case not in vectors:
+            print(f"no case {args.case!r} in {args.dir}", file=sys.stderr)
+            return 2
+        print(explain_group(vectors[args.case], args.row, args.group))
+        return 0
+    if command == "clauses":
+        from .docs import clause_table
+        print(clause_table(args.seed))
+        return 0
+    if command == "docs":
+        from .docs import update_doc
+        print(update_doc())
+        return 0
+    if command == "freeze-minilm":
+        from .minilm import freeze_minilm_slices
+        print(freeze_minilm_slices(progress=True))
+        return 0
+    if command == "freeze-ties":
+        from .ties import search_tie_table, write_tie_table
+        print(write_tie_table(search_tie_table(progress=print)))
+        return 0
+    raise AssertionError(command)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hscale.vectors",
+                                     description="Golden test vectors for H-Scale NVFP4.")
+    configure_parser(parser)
+    return run_vectors(parser.parse_args(argv))

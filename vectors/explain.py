@@ -1,0 +1,73 @@
+"""A group worked end to end: the text of ``hscale vectors explain`` and of the worked example
+in docs/vectors.md."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hscale.reference import E2M1_VALUES, candidate_errors, decode_e4m3
+
+from . import hexio
+from .check import GROUP, Stored, _group_h
+
+
+def explain_group(stored: Stored, row: int, group: int) -> str:
+    case, out = stored.case, stored.expected
+    if out.error_clause is not None:
+        return f"case {case.id} is an expected-error case: {out.error_clause}: {out.error_message}"
+    s_g = float(out.global_scale)
+    cols = slice(group * GROUP, (group + 1) * GROUP)
+    native = case.weight[row, cols]
+    w = native.astype(np.float64)
+    f = float  # print plain Python floats (repr: shortest round-trip)
+    c0 = int(out.initial_bytes[row, group])
+    chosen = int(out.scale_bytes[row, group])
+    lines = [f"case {case.id} ({stored.file}), row {row}, group {group} (elements "
+             f"{group * GROUP}..{group * GROUP + GROUP - 1}); method {case.method}, init "
+             f"{case.init}, K = {case.K}, U = {case.U}",
+             "",
+             f"inputs ({case.dtype_name} bits, then value):"]
+    for j, (word, value) in enumerate(zip(hexio.to_words(native), w)):
+        lines.append(f"  w{j:<2} = {word}  {f(value)!r}")
+    h = _group_h(case, group)
+    if case.method == "hscale":
+        lines.append("h (float64 bits, then value):")
+        for j, value in enumerate(h):
+            lines.append(f"  h{j:<2} = {hexio.fp64_hex(value)}  {f(value)!r}")
+    else:
+        lines.append(f"h: not read ({case.method}: h = 1)" if case.method == "scale-only"
+                     else "h: not read (rtn)")
+    amax = float(np.max(np.abs(w)))
+    source = "supplied" if case.global_scale is not None else \
+        f"computed: fp32_rne(amax_tensor / (6 * {case.scale_ceiling:g}))"
+    lines += ["",
+              f"global scale s_g = {hexio.fp32_hex(out.global_scale)} = {s_g!r} ({source})",
+              f"group amax = {amax!r}; amax / (6 s_g) = {amax / (6 * s_g)!r}",
+              f"baseline byte c0 = 0x{c0:02x} (e4m3 {f(decode_e4m3(c0))!r})"]
+    if chosen == 0:
+        lines.append("zero group: byte 0x00, codes = sign bits only (NVFP4-ZERO-1)")
+    elif case.method != "rtn":
+        lines += ["", "candidates in priority order (HSCALE-ARGMIN-1):",
+                  "  shift  byte  e4m3       objective E (float64 hex, value)"]
+        best = None
+        for delta, byte, error in candidate_errors(w, h, c0, s_g, int(case.K), int(case.U)):
+            mark = ""
+            if best is None or error < best:
+                best = error
+                mark = "  <- best so far"
+            lines.append(f"  {delta:+4d}   0x{byte:02x}  {f(decode_e4m3(byte))!r:<9}  "
+                         f"{error.hex():<24} {error!r}{mark}")
+    scale = s_g * decode_e4m3(max(chosen, 1))
+    codes = out.codes[row, cols]
+    lines += ["", f"chosen byte 0x{chosen:02x}, delta {int(out.delta[row, group]):+d}, "
+              f"effective scale s = s_g * e4m3 = {f(scale)!r}",
+              "codes (|w|/s -> code, value):"]
+    for j in range(GROUP):
+        ratio = f(abs(w[j]) / scale) if chosen else 0.0
+        lines.append(f"  w{j:<2} |w|/s = {ratio!r:<22} code {int(codes[j]):x} "
+                     f"({f(E2M1_VALUES[int(codes[j])])!r})")
+    packed = out.packed[row, group * 8:(group + 1) * 8].tobytes().hex()
+    lines += [f"packed (byte 0 first, element 2k in the low nibble): {packed}",
+              f"observed-file line: {case.id} {row} {group} {chosen:02x} {packed}"]
+    return "\n".join(lines)
+

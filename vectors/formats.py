@@ -1,0 +1,281 @@
+"""The three file forms of a parameter set -- JSON, ``.npz`` and ``$readmemh`` hex text -- and
+the manifest. Every function here is a pure function of its arguments: no clock, no host
+name, no dict-order dependence, so the same inputs give the same bytes on any machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
+
+import numpy as np
+
+from hscale import SPEC_VERSION
+
+from . import hexio
+from .model import ERROR_SET, Case, Outputs, case_json, parameters_of
+
+FORMAT_NAME = "hscale-nvfp4-vectors"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+SHA256SUMS = "SHA256SUMS"
+GROUP_SIZE = 16
+
+CONVENTIONS = {
+    "hex": "every number is the hex of its bits, lower case: weights in their native dtype, "
+           "hessian_diag float64, global_scale fp32 (8 digits; 16 digits = a float64 that is "
+           "not an fp32, error cases only), scale_ceiling float64",
+    "codes": "one hex digit per element (bit 3 sign, bits 2..1 exponent, bit 0 mantissa), "
+             "16 per group, groups separated by a space",
+    "packed": "bytes in memory order, 8 per group: byte k holds element 2k in its low nibble and "
+              "element 2k+1 in its high nibble (NVFP4-PACK-1)",
+    "scale_bytes": "E4M3 bytes, [m, n/16] row-major (NVFP4-PACK-2); initial_bytes is the "
+                   "baseline byte c0 the walk starts from; delta = scale - initial (int8)",
+    "swizzled_scale_bytes": "the 128x4 tiled layout of block-scaled GEMMs (NVFP4-PACK-3), "
+                            "zero padded, 32 bytes per string",
+    "dequantized": "fp32 code_value * e4m3(scale_byte) * s_g, rounded once (NVFP4-DEQ-1)",
+}
+
+
+# ------------------------------------------------------------------------------------------
+# JSON
+# ------------------------------------------------------------------------------------------
+
+def set_header(set_name: str, level: int, seed: int, first_case: Case) -> dict:
+    return {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "spec_version": SPEC_VERSION,
+        "level": level,
+        "seed": seed,
+        "set": set_name,
+        "parameters": parameters_of(first_case),
+        "conventions": CONVENTIONS,
+    }
+
+
+def dumps(document) -> str:
+    return json.dumps(document, sort_keys=True, indent=1, ensure_ascii=True) + "\n"
+
+
+def json_text(header: dict, records: list[tuple[Case, Outputs]]) -> str:
+    document = dict(header)
+    document["cases"] = [case_json(case, outputs) for case, outputs in records]
+    return dumps(document)
+
+
+# ------------------------------------------------------------------------------------------
+# $readmemh hex text
+# ------------------------------------------------------------------------------------------
+
+def _group_fields(dtype_name: str, with_h: bool) -> list[tuple[str, int, str]]:
+    """(name, hex digits, meaning) of each field of a group line, left (MSB) to right."""
+    w = hexio.word_digits(dtype_name)
+    fields = [
+        ("case", 4, "case index in this file (table below)"),
+        ("row", 4, "row r of the weight"),
+        ("group", 4, "group column i (elements 16i .. 16i+15 of row r)"),
+        ("s_g", 8, "global scale, fp32 bits (supplied or computed, see the .gs.hex file)"),
+    ]
+    fields += [(f"w{j}", w, f"weight element 16i+{j}, {dtype_name} bits") for j in range(16)]
+    if with_h:
+        fields += [(f"h{j}", 16, f"hessian_diag[16i+{j}], float64 bits") for j in range(16)]
+    fields += [
+        ("c0", 2, "expected initial (baseline) scale byte"),
+        ("scale", 2, "expected scale byte (E4M3)"),
+        ("delta", 2, "expected scale - c0, int8 two's complement"),
+        ("packed", 16, "expected packed codes, 8 bytes, byte 0 leftmost; byte k = "
+                       "code(2k+1) << 4 | code(2k)"),
+    ]
+    fields += [(f"deq{j}", 8, f"expected dequantized element 16i+{j}, fp32 bits")
+               for j in range(16)]
+    return fields
+
+
+def _field_table(fields) -> list[str]:
+    total_bits = 4 * sum(d for _, d, _ in fields)
+    lines = [f"// line width: {total_bits} bits ({sum(d for _, d, _ in fields)} hex digits; "
+             f"the '_' between fields is a digit separator that $readmemh ignores)",
+             "//   field     digits  bits          meaning"]
+    hi = total_bits - 1
+    for name, digits, meaning in fields:
+        lo = hi - 4 * digits + 1
+        lines.append(f"//   {name:<9} {digits:>6}  [{hi:>4}:{lo:>4}]  {meaning}")
+        hi = lo - 1
+    return lines
+
+
+def _common_header(kind: str, header: dict) -> list[str]:
+    lines = [
+        f"// {FORMAT_NAME} v{FORMAT_VERSION}: {kind}",
+        f"// spec version {header['spec_version']}, level {header['level']}, seed "
+        f"{header['seed']}, parameter set {header['set']}",
+    ]
+    params = header["parameters"]
+    lines.append("// parameters: " + ", ".join(f"{k}={params[k]}" for k in sorted(params)))
+    lines.append("// nibble order: byte k of a group's packed codes holds element 2k in its low "
+                 "nibble, element 2k+1 in its high nibble")
+    return lines
+
+
+def _case_table(records) -> list[str]:
+    lines = ["// cases:"]
+    for index, (case, outputs) in enumerate(records):
+        m, n = case.weight.shape
+        source = "supplied" if case.global_scale is not None else "computed"
+        lines.append(f"//   {index:04x} {case.id}  {m}x{n}  s_g {source}  "
+                     f"[{' '.join(case.clauses)}]")
+    return lines
+
+
+def hex_text(header: dict, records: list[tuple[Case, Outputs]]) -> str:
+    """One line per 16-element group, for ``$readmemh`` into ``reg [W-1:0] mem [0:N-1]``."""
+    case0 = records[0][0]
+    with_h = case0.method == "hscale"
+    fields = _group_fields(case0.dtype_name, with_h)
+    lines = _common_header("one line per group", header)
+    lines += _field_table(fields)
+    lines += _case_table(records)
+    count = sum(c.weight.shape[0] * c.weight.shape[1] // GROUP_SIZE for c, _ in records)
+    lines.append(f"// {count} group lines follow")
+    for index, (case, out) in enumerate(records):
+        rows, cols = case.weight.shape
+        words = hexio.to_words(case.weight.reshape(-1))
+        h_words = hexio.to_words(case.hessian_diag) if with_h else None
+        deq_words = hexio.to_words(out.dequantized.reshape(-1))
+        s_g = hexio.fp32_hex(out.global_scale)
+        for r in range(rows):
+            for i in range(cols // GROUP_SIZE):
+                start = r * cols + i * GROUP_SIZE
+                parts = [format(index, "04x"), format(r, "04x"), format(i, "04x"), s_g]
+                parts += words[start:start + GROUP_SIZE]
+                if with_h:
+                    parts += h_words[i * GROUP_SIZE:(i + 1) * GROUP_SIZE]
+                parts += [format(int(out.initial_bytes[r, i]), "02x"),
+                          format(int(out.scale_bytes[r, i]), "02x"),
+                          format(int(out.delta[r, i]) & 0xFF, "02x"),
+                          out.packed[r, i * 8:(i + 1) * 8].tobytes().hex()]
+                parts += deq_words[start:start + GROUP_SIZE]
+                lines.append("_".join(parts))
+    return "\n".join(lines) + "\n"
+
+
+GS_FIELDS = [
+    ("case", 4, "case index (same table as the group file)"),
+    ("amax", 8, "max |w| over the whole tensor, as fp32 bits (exact for every weight dtype)"),
+    ("ceiling", 16, "scale ceiling C, float64 bits"),
+    ("given", 2, "01 if s_g was supplied by the caller (NVFP4-GS-3), else 00"),
+    ("s_g", 8, "expected global scale, fp32 bits (NVFP4-GS-1, NVFP4-GS-2)"),
+]
+
+
+def gs_hex_text(header: dict, records: list[tuple[Case, Outputs]]) -> str:
+    """One line per case: the tensor-level global scale computation."""
+    lines = _common_header("one line per case, the global scale", header)
+    lines += _field_table(GS_FIELDS)
+    lines += _case_table(records)
+    for index, (case, out) in enumerate(records):
+        amax = np.max(np.abs(case.weight.astype(np.float64)))
+        parts = [format(index, "04x"), hexio.fp32_hex(np.float32(amax)),
+                 hexio.fp64_hex(case.scale_ceiling),
+                 "01" if case.global_scale is not None else "00",
+                 hexio.fp32_hex(out.global_scale)]
+        lines.append("_".join(parts))
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------
+# .npz, written byte-for-byte deterministically
+# ------------------------------------------------------------------------------------------
+
+ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, np.ascontiguousarray(array), version=(1, 0),
+                              allow_pickle=False)
+    return buffer.getvalue()
+
+
+def deterministic_zip(members: dict[str, bytes]) -> bytes:
+    """A stored (uncompressed) zip with fixed dates and attributes, members in sorted order.
+
+    Compression is off on purpose: deflate output may differ between zlib builds.
+    """
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
+        for name in sorted(members):
+            info = zipfile.ZipInfo(name, date_time=ZIP_DATE)
+            info.compress_type = zipfile.ZIP_STORED
+            info.create_system = 3
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, members[name])
+    return buffer.getvalue()
+
+
+def npz_bytes(header: dict, records: list[tuple[Case, Outputs]]) -> bytes:
+    """Arrays ``cNNN_<field>`` per case (NNN the case index), readable with
+    ``np.load(path, allow_pickle=False)``. Weights are stored as their raw bits
+    (``cNNN_weight_bits``, uint16/uint32) so that no reader needs ml_dtypes."""
+    arrays: dict[str, np.ndarray] = {
+        "header": np.array(dumps(header)),
+        "case_ids": np.array([case.id for case, _ in records]),
+    }
+    for index, (case, out) in enumerate(records):
+        p = f"c{index:03d}_"
+        arrays[p + "weight_bits"] = hexio.bits(case.weight)
+        arrays[p + "weight_dtype"] = np.array(case.dtype_name)
+        if case.hessian_diag is not None:
+            arrays[p + "hessian_diag"] = np.asarray(case.hessian_diag, dtype=np.float64)
+        if case.global_scale is not None:
+            arrays[p + "global_scale_in"] = np.array(case.global_scale, dtype=np.float32)
+        arrays[p + "global_scale"] = np.array(out.global_scale, dtype=np.float32)
+        arrays[p + "initial_bytes"] = out.initial_bytes
+        arrays[p + "scale_bytes"] = out.scale_bytes
+        arrays[p + "delta"] = out.delta
+        arrays[p + "codes"] = out.codes
+        arrays[p + "packed"] = out.packed
+        arrays[p + "swizzled_scale_bytes"] = out.swizzled_scale_bytes
+        arrays[p + "dequantized"] = out.dequantized
+    return deterministic_zip({name + ".npy": _npy_bytes(a) for name, a in arrays.items()})
+
+
+# ------------------------------------------------------------------------------------------
+# A parameter set in all its forms, and the manifest
+# ------------------------------------------------------------------------------------------
+
+def render_set(header: dict, records: list[tuple[Case, Outputs]]) -> dict[str, bytes]:
+    """File name -> bytes for one parameter set."""
+    name = header["set"]
+    files = {f"{name}.json": json_text(header, records).encode("ascii")}
+    if name != ERROR_SET:
+        files[f"{name}.npz"] = npz_bytes(header, records)
+        files[f"{name}.hex"] = hex_text(header, records).encode("ascii")
+        files[f"{name}.gs.hex"] = gs_hex_text(header, records).encode("ascii")
+    return files
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def manifest_files(files: dict[str, bytes], level: int, seed: int,
+                   clause_index: dict[str, list[str]], case_count: int) -> dict[str, bytes]:
+    """``manifest.json`` (spec version, every file with its SHA-256 and size, the clause ->
+    case index) and ``SHA256SUMS`` (for ``sha256sum -c``)."""
+    manifest = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "spec_version": SPEC_VERSION,
+        "level": level,
+        "seed": seed,
+        "case_count": case_count,
+        "clauses": {clause: sorted(ids) for clause, ids in clause_index.items()},
+        "files": {name: {"sha256": sha256(data), "bytes": len(data)}
+                  for name, data in sorted(files.items())},
+    }
+    sums = "".join(f"{sha256(data)}  {name}\n" for name, data in sorted(files.items()))
+    return {MANIFEST: dumps(manifest).encode("ascii"), SHA256SUMS: sums.encode("ascii")}

@@ -1,0 +1,148 @@
+"""``hscale vectors verify DIR``: recompute every stored case from its stored inputs with the
+reference and compare content and checksums with what is in DIR.
+
+Drift is anything that differs: a file whose SHA-256 is not the one in ``manifest.json``, a
+file missing or not listed, a case whose recomputed outputs differ from the stored ones, a
+derived file (``.npz``, ``.hex``) that is not what the stored JSON renders to, a manifest that
+does not list what it should, or vectors made for another spec version.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hscale import SPEC_VERSION
+
+from . import formats
+from .catalogue import clause_index
+from .generate import _is_vector_file
+from .model import CatalogueError, case_from_json, case_json, run_case
+
+HEADER_KEYS = ("format", "format_version", "spec_version", "level", "seed", "set", "parameters",
+               "conventions")
+
+
+def _first_difference(stored, fresh, path=""):
+    """A short description of the first place two JSON values differ."""
+    if isinstance(stored, dict) and isinstance(fresh, dict):
+        for key in sorted(set(stored) | set(fresh)):
+            if key not in stored:
+                return f"{path}{key}: missing from the stored file"
+            if key not in fresh:
+                return f"{path}{key}: not produced by the reference"
+            if stored[key] != fresh[key]:
+                return _first_difference(stored[key], fresh[key], f"{path}{key}.")
+    if isinstance(stored, list) and isinstance(fresh, list):
+        if len(stored) != len(fresh):
+            return f"{path.rstrip('.')}: {len(stored)} entries stored, {len(fresh)} recomputed"
+        for index, (a, b) in enumerate(zip(stored, fresh)):
+            if a != b:
+                return _first_difference(a, b, f"{path}[{index}].")
+    return f"{path.rstrip('.')}: stored {stored!r}, reference gives {fresh!r}"
+
+
+def _where(stored: bytes, fresh: bytes, file_name: str, records) -> str:
+    """'line N (case ID): ' for the first differing line of a hex file, else ''."""
+    if not file_name.endswith(".hex"):
+        return ""
+    old, new = stored.decode("ascii", "replace").splitlines(), fresh.decode("ascii").splitlines()
+    for number, (a, b) in enumerate(zip(old + [""] * len(new), new), 1):
+        if a != b:
+            case = ""
+            if not b.startswith("//"):
+                try:
+                    case = f" (case {records[int(b.split('_', 1)[0], 16)][0].id})"
+                except (ValueError, IndexError):
+                    case = ""
+            return f"line {number}{case}: "
+    return f"{len(old)} lines where {len(new)} are expected: "
+
+
+def verify_dir(directory) -> list[str]:
+    """Every problem found in DIR, as messages naming the file (and case); [] if none."""
+    directory = Path(directory)
+    problems: list[str] = []
+    manifest_path = directory / formats.MANIFEST
+    if not manifest_path.is_file():
+        return [f"{manifest_path}: no {formats.MANIFEST} (not a vector directory?)"]
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        listed = manifest["files"]
+        level, seed = manifest["level"], manifest["seed"]
+    except (ValueError, KeyError) as error:
+        return [f"{manifest_path}: unreadable manifest ({error})"]
+    if manifest.get("spec_version") != SPEC_VERSION:
+        problems.append(f"{formats.MANIFEST}: vectors are for spec version "
+                        f"{manifest.get('spec_version')!r}, the reference is {SPEC_VERSION!r}")
+
+    # 1. checksums
+    present = {p.name for p in directory.iterdir() if p.is_file() and _is_vector_file(p.name)}
+    for name in sorted(listed):
+        path = directory / name
+        if not path.is_file():
+            problems.append(f"{name}: listed in {formats.MANIFEST} but missing")
+            continue
+        data = path.read_bytes()
+        if formats.sha256(data) != listed[name]["sha256"]:
+            problems.append(f"{name}: SHA-256 {formats.sha256(data)} differs from the manifest's "
+                            f"{listed[name]['sha256']}")
+    for name in sorted(present - set(listed) - {formats.MANIFEST, formats.SHA256SUMS}):
+        problems.append(f"{name}: not listed in {formats.MANIFEST}")
+
+    # 2. content: recompute every case from its stored inputs
+    regenerated: dict[str, bytes] = {}
+    all_cases = []
+    for name in sorted(n for n in listed if n.endswith(".json")):
+        path = directory / name
+        if not path.is_file():
+            continue
+        try:
+            document = json.loads(path.read_text())
+            entries = document["cases"]
+            cases = [case_from_json(entry) for entry in entries]
+        except (ValueError, KeyError, TypeError) as error:
+            problems.append(f"{name}: unreadable vector file ({error!r})")
+            continue
+        records = []
+        for entry, case in zip(entries, cases):
+            try:
+                outputs = run_case(case)
+            except CatalogueError as error:
+                problems.append(f"{name}: case {case.id}: {error}")
+                continue
+            fresh = case_json(case, outputs)
+            if fresh != entry:
+                problems.append(f"{name}: case {case.id}: {_first_difference(entry, fresh)}")
+            records.append((case, outputs))
+        all_cases += cases
+        if not records or len(records) != len(cases):
+            continue
+        set_name = name[:-len(".json")]
+        header = formats.set_header(set_name, level, seed, records[0][0])
+        for key in HEADER_KEYS:
+            if document.get(key) != header[key]:
+                problems.append(f"{name}: header {key}: stored {document.get(key)!r}, "
+                                f"expected {header[key]!r}")
+        files = formats.render_set(header, records)
+        regenerated.update(files)
+        for file_name, data in sorted(files.items()):
+            target = directory / file_name
+            if file_name not in listed:
+                problems.append(f"{file_name}: belongs to {name} but is not in the manifest")
+            elif target.is_file() and target.read_bytes() != data:
+                where = _where(target.read_bytes(), data, file_name, records)
+                problems.append(f"{file_name}: {where}differs from what the stored inputs of "
+                                f"{name} render to with the reference")
+
+    # 3. the manifest itself
+    if not problems:
+        expected = formats.manifest_files(regenerated, level, seed, clause_index(all_cases),
+                                          len(all_cases))
+        for file_name, data in expected.items():
+            target = directory / file_name
+            if not target.is_file():
+                problems.append(f"{file_name}: missing")
+            elif target.read_bytes() != data:
+                problems.append(f"{file_name}: differs from the manifest the files imply")
+    return problems
