@@ -17,13 +17,13 @@ from __future__ import annotations
 import numpy as np
 
 from .e2m1 import E2M1_VALUES
-from .global_scale import DEFAULT_SCALE_CEILING, compute_global_scale
+from .global_scale import DEFAULT_SCALE_CEILING
 from .objective import GROUP_SIZE
 from .packing import pack_codes
-from .quantize import QuantizedWeight, encode_groups, select_scale_bytes
+from .quantize import (QuantizedWeight, check_arguments, encode_groups, resolve_global_scale,
+                       select_scale_bytes)
 from .search import effective_scale
-from .validation import (INITS, METHODS, check_choice, check_global_scale, check_hessian_diag,
-                         check_scale_ceiling, check_weight, check_window)
+from .validation import check_hessian_diag
 
 DEFAULT_DAMP = 0.01  # GPTQ's relative dampening of the Hessian diagonal
 
@@ -73,19 +73,13 @@ def gptq_quantize(weight, hessian, *, method="hscale", init="maxabs", K=16, U=6,
     ``hessian`` is the full ``X^T X`` (n, n); H-Scale uses ``h = diag(hessian)``. The global
     scale comes from the original weight (NVFP4-GS-1) unless given.
     """
-    method = check_choice("method", method, METHODS)
-    init = check_choice("init", init, INITS)
-    weight = check_weight(weight)
+    weight, method, init, K, U, scale_ceiling = check_arguments(weight, method, init, K, U,
+                                                                scale_ceiling)
     rows, cols = weight.shape
-    K, U = check_window(K, U)
-    scale_ceiling = check_scale_ceiling(scale_ceiling)
     H = check_hessian(hessian, cols)
     if not (np.isfinite(damp) and damp >= 0):
         raise ValueError(f"damp = {damp!r}: must be finite and >= 0 (spec HSCALE-GPTQ-1)")
-    if global_scale is None:
-        global_scale = compute_global_scale(float(np.max(np.abs(weight))), scale_ceiling)
-    else:
-        global_scale = check_global_scale(global_scale)
+    global_scale = resolve_global_scale(weight, global_scale, scale_ceiling)
     h = np.diag(H).copy()  # HSCALE-GPTQ-1: h = diag(H)
     factor = inverse_cholesky_factor(H, damp)
 

@@ -77,12 +77,9 @@ def quantize(weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16,
     scale_ceiling: C of NVFP4-GS-1 (448 default, 256 for the 4over6 convention).
     global_scale: a pipeline's own s_g (positive normal fp32), else computed (NVFP4-GS-1).
     """
-    method = check_choice("method", method, METHODS)
-    init = check_choice("init", init, INITS)
-    weight = check_weight(weight)
+    weight, method, init, K, U, scale_ceiling = check_arguments(weight, method, init, K, U,
+                                                                scale_ceiling)
     rows, cols = weight.shape
-    K, U = check_window(K, U)
-    scale_ceiling = check_scale_ceiling(scale_ceiling)
     if method == "hscale":
         if hessian_diag is None:
             raise ValueError("hessian_diag: method 'hscale' needs the Hessian diagonal h, got "
@@ -90,11 +87,7 @@ def quantize(weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16,
         h = check_hessian_diag(hessian_diag, cols)
     else:
         h = None  # HSCALE-METHOD-1: rtn and scale-only do not read it
-    if global_scale is None:
-        amax = float(np.max(np.abs(weight)))  # exact in the weight's own dtype
-        global_scale = compute_global_scale(amax, scale_ceiling)
-    else:
-        global_scale = check_global_scale(global_scale)
+    global_scale = resolve_global_scale(weight, global_scale, scale_ceiling)
 
     group_cols = cols // GROUP_SIZE
     codes = np.empty((rows, cols), dtype=np.uint8)
@@ -111,6 +104,24 @@ def quantize(weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16,
     return QuantizedWeight(codes=codes, packed=pack_codes(codes), scale_bytes=scale_bytes,
                            global_scale=global_scale, delta=delta, method=method, init=init,
                            K=K, U=U, scale_ceiling=scale_ceiling, initial_bytes=initial_bytes)
+
+
+def check_arguments(weight, method, init, K, U, scale_ceiling):
+    """The arguments every quantizer shares, checked (NVFP4-IN-1, -3, -4, -5)."""
+    method = check_choice("method", method, METHODS)
+    init = check_choice("init", init, INITS)
+    weight = check_weight(weight)
+    K, U = check_window(K, U)
+    scale_ceiling = check_scale_ceiling(scale_ceiling)
+    return weight, method, init, K, U, scale_ceiling
+
+
+def resolve_global_scale(weight, global_scale, scale_ceiling) -> np.float32:
+    """The caller's s_g checked (NVFP4-GS-3, NVFP4-IN-4), or s_g computed (NVFP4-GS-1)."""
+    if global_scale is not None:
+        return check_global_scale(global_scale)
+    amax = float(np.max(np.abs(weight)))  # exact in the weight's own dtype
+    return compute_global_scale(amax, scale_ceiling)
 
 
 def select_scale_bytes(groups, group_h, method, init, K, U, global_scale):
