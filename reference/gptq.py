@@ -19,7 +19,6 @@ import numpy as np
 from .e2m1 import E2M1_VALUES
 from .global_scale import DEFAULT_SCALE_CEILING
 from .objective import GROUP_SIZE
-from .packing import pack_codes
 from .quantize import (QuantizedWeight, check_arguments, encode_groups, resolve_global_scale,
                        select_scale_bytes)
 from .search import effective_scale
@@ -103,7 +102,6 @@ def gptq_quantize(weight, hessian, *, method="hscale", init="maxabs", K=16, U=6,
             error = (column - dequantized) / factor[j, j]
             remaining[:, j + 1:] -= np.outer(error, factor[j, j + 1:])  # GPTQ's propagation
 
-    delta = (scale_bytes.astype(np.int16) - initial_bytes.astype(np.int16)).astype(np.int8)
-    return QuantizedWeight(codes=codes, packed=pack_codes(codes), scale_bytes=scale_bytes,
-                           global_scale=global_scale, delta=delta, method=method, init=init,
-                           K=K, U=U, scale_ceiling=scale_ceiling, initial_bytes=initial_bytes)
+    return QuantizedWeight.from_bytes(codes, scale_bytes, initial_bytes, global_scale,
+                                      method=method, init=init, K=K, U=U,
+                                      scale_ceiling=scale_ceiling)

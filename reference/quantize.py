@@ -60,6 +60,19 @@ class QuantizedWeight:
         element_scale = np.repeat(group_scale, GROUP_SIZE, axis=1)
         return (code_value * element_scale).astype(np.float32)  # NVFP4-DEQ-1
 
+    @classmethod
+    def from_bytes(cls, codes, scale_bytes, initial_bytes, global_scale, *, method, init, K, U,
+                   scale_ceiling) -> "QuantizedWeight":
+        """The result of any quantizer from its codes and bytes: packing (NVFP4-PACK-1) and
+        ``delta = chosen byte - initial byte`` (HSCALE-ARGMIN-1) are derived here, once."""
+        codes = np.ascontiguousarray(codes, dtype=np.uint8)
+        scale_bytes = np.ascontiguousarray(scale_bytes, dtype=np.uint8)
+        initial_bytes = np.ascontiguousarray(initial_bytes, dtype=np.uint8)
+        delta = (scale_bytes.astype(np.int16) - initial_bytes.astype(np.int16)).astype(np.int8)
+        return cls(codes=codes, packed=pack_codes(codes), scale_bytes=scale_bytes,
+                   global_scale=np.float32(global_scale), delta=delta, method=method, init=init,
+                   K=K, U=U, scale_ceiling=scale_ceiling, initial_bytes=initial_bytes)
+
     def swizzled_scale_bytes(self) -> np.ndarray:
         """The scale bytes in the 128x4 tiled layout of block-scaled GEMMs (NVFP4-PACK-3)."""
         return swizzle_scale_bytes(self.scale_bytes)
@@ -80,13 +93,7 @@ def quantize(weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16,
     weight, method, init, K, U, scale_ceiling = check_arguments(weight, method, init, K, U,
                                                                 scale_ceiling)
     rows, cols = weight.shape
-    if method == "hscale":
-        if hessian_diag is None:
-            raise ValueError("hessian_diag: method 'hscale' needs the Hessian diagonal h, got "
-                             "None (spec NVFP4-IN-2, HSCALE-METHOD-1)")
-        h = check_hessian_diag(hessian_diag, cols)
-    else:
-        h = None  # HSCALE-METHOD-1: rtn and scale-only do not read it
+    h = check_method_hessian(hessian_diag, method, cols)
     global_scale = resolve_global_scale(weight, global_scale, scale_ceiling)
 
     group_cols = cols // GROUP_SIZE
@@ -100,10 +107,9 @@ def quantize(weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16,
         chunk = _quantize_rows(exact_rows, h, method, init, K, U, global_scale)
         codes[start:stop], scale_bytes[start:stop], initial_bytes[start:stop] = chunk
 
-    delta = (scale_bytes.astype(np.int16) - initial_bytes.astype(np.int16)).astype(np.int8)
-    return QuantizedWeight(codes=codes, packed=pack_codes(codes), scale_bytes=scale_bytes,
-                           global_scale=global_scale, delta=delta, method=method, init=init,
-                           K=K, U=U, scale_ceiling=scale_ceiling, initial_bytes=initial_bytes)
+    return QuantizedWeight.from_bytes(codes, scale_bytes, initial_bytes, global_scale,
+                                      method=method, init=init, K=K, U=U,
+                                      scale_ceiling=scale_ceiling)
 
 
 def check_arguments(weight, method, init, K, U, scale_ceiling):
@@ -116,11 +122,23 @@ def check_arguments(weight, method, init, K, U, scale_ceiling):
     return weight, method, init, K, U, scale_ceiling
 
 
+def check_method_hessian(hessian_diag, method, cols):
+    """h as float64 (n,) for hscale, where it is required (NVFP4-IN-2); None for rtn and
+    scale-only, which do not read it (HSCALE-METHOD-1)."""
+    if method != "hscale":
+        return None
+    if hessian_diag is None:
+        raise ValueError("hessian_diag: method 'hscale' needs the Hessian diagonal h, got "
+                         "None (spec NVFP4-IN-2, HSCALE-METHOD-1)")
+    return check_hessian_diag(hessian_diag, cols)
+
+
 def resolve_global_scale(weight, global_scale, scale_ceiling) -> np.float32:
     """The caller's s_g checked (NVFP4-GS-3, NVFP4-IN-4), or s_g computed (NVFP4-GS-1)."""
     if global_scale is not None:
         return check_global_scale(global_scale)
-    amax = float(np.max(np.abs(weight)))  # exact in the weight's own dtype
+    # max |W| without a full |W| temporary; exact in the weight's own dtype.
+    amax = max(float(np.max(weight)), -float(np.min(weight)))
     return compute_global_scale(amax, scale_ceiling)
 
 

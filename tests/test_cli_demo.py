@@ -53,3 +53,14 @@ def test_demo_rejects_a_bad_layer_with_a_clear_error(tmp_path, capsys):
     np.savez(layer, weight=np.zeros((2, 20), np.float32), hessian_diag=np.ones(20))
     assert main(["demo", "--layer", str(layer)]) == 2
     assert "not a multiple of the group size" in capsys.readouterr().err
+
+
+def test_bench_command_prints_throughput_and_ratio_against_the_reference(capsys):
+    assert main(["bench", "--rows", "64", "--cols", "256", "--repeat", "1", "--no-memory"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("rtn", "hscale"))]
+    assert {(r[0], r[1]) for r in rows} == {("rtn", "numpy"), ("rtn", "torch"),
+                                            ("hscale", "numpy"), ("hscale", "torch")}
+    for row in rows:
+        assert row[5] == "Mweights/s" and float(row[4]) > 0
+        assert row[-1] in ("reference", "bit-identical"), row

@@ -1,0 +1,219 @@
+"""Quick checks of the torch and CuPy backends against the reference (bit for bit).
+
+The conformance suite proper lives in conformance/; these are the backend author's smoke tests:
+a few seeded layers through every method/init combination and the corner cases that exercise
+the vectorised code paths (zero groups, -0.0, window clipping at bytes 1 and 126, saturation,
+exact ties, non-default K/U, chunking and threading), and the CUDA backends' availability.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from hscale.backends import get
+from hscale.reference import quantize as reference_quantize
+
+torch = pytest.importorskip("torch")
+
+FIELDS = ("codes", "packed", "scale_bytes", "delta", "initial_bytes")
+
+
+def assert_identical(expected, got, context=""):
+    for name in FIELDS:
+        e, g = getattr(expected, name), getattr(got, name)
+        assert g.dtype == e.dtype and g.shape == e.shape, (
+            f"{context}: {name} is {g.dtype}{g.shape}, expected {e.dtype}{e.shape}")
+        if not np.array_equal(e, g):
+            bad = tuple(int(i) for i in np.argwhere(e != g)[0])
+            raise AssertionError(f"{context}: {name}{list(bad)} = {int(g[bad]):#x}, "
+                                 f"expected {int(e[bad]):#x} ({int((e != g).sum())} differ)")
+    assert type(got.global_scale) is np.float32, context
+    assert got.global_scale == expected.global_scale, context
+    for name in ("method", "init", "K", "U", "scale_ceiling"):
+        assert getattr(got, name) == getattr(expected, name), f"{context}: {name}"
+
+
+def layer(seed, rows=24, cols=256):
+    """A seeded layer with outliers, zero groups, -0.0, constant groups, tiny groups (whose
+    window clips at byte 0x01) and an h with zeros and a huge spread."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((rows, cols)).astype(np.float32)
+    w[rng.random(w.shape) < 0.01] *= 40.0  # outliers
+    w[0, :16] = 0.0  # a zero group
+    w[1, 16:32] = -0.0  # a zero group of negative zeros: sign-only codes 0x8
+    w[1, 0:16] = 0.0
+    w[1, 3] = -0.0  # -0.0 inside a non-zero group
+    w[2, 32:48] = 0.75  # a constant group
+    w[3, :] *= 1e-7  # tiny groups: E4M3 byte rounds to 0, c0 = 0x01, window clipped below
+    w[4, 48:64] = np.float32(2.0 ** -140)  # fp32 subnormal group
+    h = rng.random(cols) * 10.0 ** rng.uniform(-6, 6, cols)
+    h[:16] = 0.0  # h = 0 on a whole group column: every candidate scores 0, a tie
+    h[40] = 0.0
+    return w, h
+
+
+@pytest.fixture(scope="module")
+def torch_backend():
+    backend = get("torch")
+    ok, why = backend.available()
+    assert ok, why
+    return backend
+
+
+COMBOS = [(m, i) for m in ("rtn", "scale-only", "hscale") for i in ("maxabs", "4over6")]
+
+
+@pytest.mark.parametrize("method,init", COMBOS)
+def test_torch_equals_reference_all_combinations(torch_backend, method, init):
+    for seed in (1, 2):
+        w, h = layer(seed)
+        expected = reference_quantize(w, h, method=method, init=init)
+        assert_identical(expected, torch_backend.quantize(w, h, method=method, init=init),
+                         f"seed {seed} {method}/{init}")
+
+
+@pytest.mark.parametrize("options", [
+    dict(K=5, U=1), dict(K=1, U=0), dict(K=16, U=15), dict(K=16, U=0), dict(K=7, U=3),
+    dict(K=24, U=10),
+    dict(scale_ceiling=256.0), dict(scale_ceiling=256.0, init="4over6"),
+    dict(global_scale=np.float32(1e-3)),  # a pipeline's own s_g
+    dict(global_scale=np.float32(1e-6)),  # every c0 saturates at 0x7E: window clipped above
+    dict(global_scale=np.float32(2.0 ** -126)),  # smallest normal s_g, huge quotients
+])
+def test_torch_equals_reference_options(torch_backend, options):
+    w, h = layer(3)
+    for method in ("scale-only", "hscale"):
+        expected = reference_quantize(w, h, method=method, **options)
+        assert_identical(expected, torch_backend.quantize(w, h, method=method, **options),
+                         f"{method} {options}")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_torch_equals_reference_low_precision_inputs(torch_backend, dtype):
+    w, h = layer(4)
+    w = w.astype(dtype)
+    for init in ("maxabs", "4over6"):
+        expected = reference_quantize(w, h, method="hscale", init=init)
+        assert_identical(expected, torch_backend.quantize(w, h, method="hscale", init=init),
+                         f"{np.dtype(dtype).name} {init}")
+
+
+def test_torch_exact_ties_on_midpoints(torch_backend):
+    """Weights exactly on E2M1 midpoints and grid points times the baseline scale, so that
+    the element rounding ties (0.25->0, 0.75->1, ..., 5->4) decide the objectives."""
+    grid = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0,
+                     0.0, 6.0], dtype=np.float32)
+    rows = []
+    for e in range(-3, 5):
+        for sign in (1.0, -1.0):
+            rows.append(np.concatenate([sign * grid * np.float32(2.0 ** e),
+                                        grid[::-1] * np.float32(1.125 * 2.0 ** e)]))
+    w = np.stack(rows).astype(np.float32)
+    h = np.ones(w.shape[1])
+    for method in ("rtn", "scale-only", "hscale"):
+        for init in ("maxabs", "4over6"):
+            for sg in (None, np.float32(2.0 ** -4), np.float32(1.0 / 48)):
+                expected = reference_quantize(w, h, method=method, init=init, global_scale=sg)
+                got = torch_backend.quantize(w, h, method=method, init=init, global_scale=sg)
+                assert_identical(expected, got, f"ties {method}/{init} s_g={sg}")
+
+
+def test_torch_chunking_and_threads(torch_backend):
+    """Blocks of whole rows, partial last blocks and column blocks inside one row, with the
+    threaded and the single-thread paths."""
+    from hscale.backends.torch_backend import TorchBackend
+    w, h = layer(5, rows=13, cols=320)  # 20 groups per row
+    expected = reference_quantize(w, h, method="hscale", init="4over6")
+    saved = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            for chunk in (1, 7, 20, 45, 4096):
+                got = TorchBackend("cpu", chunk_groups=chunk).quantize(w, h, method="hscale",
+                                                                       init="4over6")
+                assert_identical(expected, got, f"chunk {chunk}, {threads} threads")
+    finally:
+        torch.set_num_threads(saved)
+    assert torch.get_num_threads() == saved
+
+
+def test_torch_min_keeps_the_first_minimum():
+    """The argmin the torch backend relies on (HSCALE-ARGMIN-1): first minimal index."""
+    e = torch.tensor([[3.0, 1.0, 1.0, 2.0], [0.0, 0.0, 0.0, 0.0], [5.0, 4.0, 4.0, 4.0],
+                      [float("inf")] * 4], dtype=torch.float64)
+    assert torch.min(e, dim=1).indices.tolist() == [1, 0, 1, 0]
+    big = torch.zeros(4096, 16, dtype=torch.float64)
+    big[:, 5:] = -1.0
+    assert bool((torch.min(big, dim=1).indices == 5).all())
+
+
+def test_torch_rejects_bad_input_like_the_reference(torch_backend):
+    w, h = layer(6)
+    w[2, 7] = np.nan
+    with pytest.raises(ValueError) as ref_err:
+        reference_quantize(w, h)
+    with pytest.raises(ValueError) as got_err:
+        torch_backend.quantize(w, h)
+    assert str(got_err.value) == str(ref_err.value)
+    w = layer(6)[0]
+    for args, options in (((w, None), {}), ((w, h), dict(K=0)), ((w, h), dict(U=16)),
+                          ((w, h[:-1]), {}), ((w, h), dict(global_scale=0.1))):
+        with pytest.raises(ValueError) as ref_err:
+            reference_quantize(*args, **options)
+        with pytest.raises(ValueError) as got_err:
+            torch_backend.quantize(*args, **options)
+        assert str(got_err.value) == str(ref_err.value), options
+
+
+@pytest.mark.parametrize("name", ["torch-cuda", "cupy"])
+def test_cuda_backends_report_unavailable_here(name):
+    backend = get(name)
+    ok, why = backend.available()
+    if ok:
+        pytest.skip(f"{name} is available on this machine")
+    assert "CUDA device" in why, why
+    with pytest.raises(RuntimeError, match="CUDA device"):
+        backend.quantize(layer(7)[0], layer(7)[1])
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc for the CUDA kernel's host harness")
+@pytest.mark.parametrize("method,init", COMBOS)
+def test_cupy_kernel_logic_on_the_host(method, init):
+    """The CUDA kernel source compiled for the host (-DHSCALE_HOST_HARNESS, -ffp-contract=off)
+    against the reference: the kernel's logic, not NVRTC or the GPU."""
+    from hscale.backends.cupy_backend import quantize_with_host_harness
+    w, h = layer(8)
+    for options in ({}, dict(K=5, U=1), dict(global_scale=np.float32(1e-6)),
+                    dict(scale_ceiling=256.0)):
+        expected = reference_quantize(w, h, method=method, init=init, **options)
+        got = quantize_with_host_harness(w, h, method=method, init=init, **options)
+        assert_identical(expected, got, f"host harness {method}/{init} {options}")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("HSCALE_TEST_COMPILE") != "1",
+                    reason="compiles with torch.compile (tens of seconds); set HSCALE_TEST_COMPILE=1")
+def test_torch_fused_path_equals_reference():
+    """The fused (torch.compile) CPU path, forced on small layers, against the reference; the
+    path must really have run (not fallen back to eager)."""
+    from hscale.backends import torch_backend as tbm
+    backend = tbm.TorchBackend("cpu", compile=True)
+    for seed in (1, 2):
+        w, h = layer(seed, rows=40, cols=512)
+        for method, init in COMBOS:
+            for options in ({}, dict(global_scale=np.float32(1e-6)), dict(K=5, U=1)):
+                expected = reference_quantize(w, h, method=method, init=init, **options)
+                got = backend.quantize(w, h, method=method, init=init, **options)
+                assert_identical(expected, got, f"fused {method}/{init} {options}")
+        wb = w.astype(ml_dtypes.bfloat16)
+        assert_identical(reference_quantize(wb, h), backend.quantize(wb, h), "fused bf16")
+    assert tbm._FUSED_OFF[0] is None, tbm._FUSED_OFF[0]
+    assert tbm._COMPILED_OBJECTIVE.verified and tbm._COMPILED_ENCODE.verified
+    # Loading the compiled code must not have switched on flush-to-zero (crtfastmath).
+    assert float(np.float64(1e-300) * np.float64(1e-20)) != 0.0
+    assert torch.tensor([1e-300], dtype=torch.float64).mul(1e-20).item() != 0.0
