@@ -1,0 +1,492 @@
+"""A second, vectorised statement of the spec, written only to *check* a result.
+
+This module does not import ``hscale.reference``: every rule below is re-derived from
+docs/spec.md so that a result can be certified without trusting the reference. It serves
+three purposes:
+
+- the **exact certificate** (``strict=True``): a result is accepted only if every initial byte,
+  chosen byte (argmin with the tie rule), reported delta, element code, packed byte and zero
+  group is exactly what the spec says. Used on the numpy backend (which *is* the reference, so
+  comparing it with the reference would prove nothing) and on full models;
+- the **faithful certificate** (``strict=False``): every scale byte within the window of an
+  acceptable initial byte, its objective within ``objective_tolerance`` of the window minimum,
+  every code the correct rounding for the byte actually chosen, with the named allowances;
+- small helpers (E4M3 values, exact codes, the fp64 objective) for tests and messages.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+GROUP = 16
+MAGNITUDES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+MIDPOINTS = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+FIRST, LAST, FIRST_NORMAL = 0x01, 0x7E, 0x08
+FP32_MIN_NORMAL = 2.0 ** -126
+
+#: Relative width of "near a midpoint" for the allowances that move decisions near midpoints.
+NEAR = 2.0 ** -20
+#: The faithful objective tolerance: E(chosen) <= E_min + tol, tol =
+#: OBJ_REL * (E_min + sqrt(E_min * S)) + OBJ_ABS * S, S = the group's objective at all-zero codes
+#: (sum h_j w_j^2). The sqrt term covers objectives evaluated in lower precision (errors of
+#: order eps * sum h |d| |w|), the last covers E_min == 0.
+OBJ_REL = 2.0 ** -14
+OBJ_ABS = 2.0 ** -40
+#: Rows of groups processed at once (keeps the (G, K, 16) temporaries small).
+CHUNK = 1 << 14
+
+
+def _e4m3_value(byte: int) -> float:
+    exponent, mantissa = byte >> 3, byte & 7
+    if exponent == 0:
+        return mantissa * 2.0 ** -9
+    return (8 + mantissa) * 2.0 ** (exponent - 10)
+
+
+#: Value of scale bytes 0x00..0x7E (0x00 is zero), from the bit fields.
+SCALE_VALUES = np.array([_e4m3_value(b) for b in range(LAST + 1)], dtype=np.float64)
+
+
+def priority_deltas(K: int, U: int) -> list[int]:
+    """0, +1, -1, +2, -2, ... restricted to -D..+U (HSCALE-ARGMIN-1)."""
+    D = K - 1 - U
+    out = [0]
+    for step in range(1, K):
+        out += [d for d in (step, -step) if -D <= d <= U]
+    return out
+
+
+def magnitude_codes(absw: np.ndarray, scale) -> np.ndarray:
+    """Magnitude code 0..7 of exact ``absw / scale``: count the midpoints passed; a value exactly
+    on a midpoint goes to whichever neighbour code is even (NVFP4-E2M1-2). ``mid * scale`` is an
+    exact fp64 product, so every comparison is exact."""
+    code = np.zeros(np.shape(absw * scale), dtype=np.uint8)
+    for k, mid in enumerate(MIDPOINTS):
+        threshold = mid * scale
+        code += absw > threshold
+        if (k + 1) % 2 == 0:
+            code += absw == threshold  # the tie goes up to the even code k + 1
+    return code
+
+
+def element_codes(w: np.ndarray, scale) -> np.ndarray:
+    """Full 4-bit codes: sign bit of w (NVFP4-E2M1-3) and the exact magnitude code."""
+    return (np.signbit(w).astype(np.uint8) << 3) | magnitude_codes(np.abs(w), scale)
+
+
+def code_values(codes: np.ndarray) -> np.ndarray:
+    values = MAGNITUDES[codes & 7]
+    return np.where(codes & 8, -values, values)
+
+
+def pairwise(terms: np.ndarray) -> np.ndarray:
+    while terms.shape[-1] > 1:
+        terms = terms[..., 0::2] + terms[..., 1::2]
+    return terms[..., 0]
+
+
+def objective(w: np.ndarray, h: np.ndarray, codes: np.ndarray, scale) -> np.ndarray:
+    """HSCALE-OBJ-1 in fp64, exactly as written (no FMA: numpy rounds every operation)."""
+    d = w - code_values(codes) * scale
+    return pairwise(h * (d * d))
+
+
+def e4m3_byte(amax: np.ndarray, divisor: float) -> np.ndarray:
+    """``E4M3_RNE_satfinite(amax / divisor)`` of the exact quotient (NVFP4-E4M3-2); every
+    decision is an exact fp64 comparison of ``amax`` with ``value * divisor`` (4 or 5 significant
+    bits times at most 26: exact)."""
+    amax = np.asarray(amax, dtype=np.float64)
+    approx = amax / divisor
+    hi = np.clip(np.searchsorted(SCALE_VALUES, approx, side="left"), 0, LAST)
+    # Repair the bracket with exact products so that value[hi-1] * div < amax <= value[hi] * div.
+    hi = np.where((amax > SCALE_VALUES[hi] * divisor) & (hi < LAST), hi + 1, hi)
+    hi = np.where((hi > 0) & (amax <= SCALE_VALUES[np.maximum(hi - 1, 0)] * divisor), hi - 1, hi)
+    lo = np.maximum(hi - 1, 0)
+    threshold = (SCALE_VALUES[lo] + SCALE_VALUES[hi]) / 2 * divisor  # exact
+    even = np.where(lo % 2 == 0, lo, hi)
+    byte = np.where(amax > threshold, hi, np.where(amax < threshold, lo, even))
+    byte = np.where(amax >= LAST_VALUE * divisor, LAST, byte)  # satfinite
+    return byte.astype(np.int64)
+
+
+LAST_VALUE = SCALE_VALUES[LAST]
+
+
+def approx_e4m3_byte(q: np.ndarray) -> np.ndarray:
+    """E4M3 RNE of an fp64 value taken as exact (for the tolerance bands)."""
+    return e4m3_byte(q, 1.0)
+
+
+def range_byte(amax: np.ndarray, global_scale: float, top: float) -> np.ndarray:
+    """NVFP4-INIT-1 with divisor ``top * s_g``; a non-zero group never gets 0x00."""
+    byte = e4m3_byte(amax, top * float(global_scale))
+    return np.where((byte == 0) & (amax > 0), FIRST, byte)
+
+
+def expected_global_scale(amax: float, scale_ceiling: float) -> float:
+    """NVFP4-GS-1/2 by exact rationals: the fp32 nearest to amax / (6 C), ties to the even
+    significand, chosen among the three fp32 values around the fp64 estimate."""
+    if amax == 0:
+        return 1.0
+    exact = Fraction(float(amax)) / (6 * Fraction(float(scale_ceiling)))
+    if exact < Fraction(FP32_MIN_NORMAL):
+        return FP32_MIN_NORMAL
+    guess = np.float32(float(exact))
+    candidates = [np.nextafter(guess, np.float32(0)), guess, np.nextafter(guess, np.float32(np.inf))]
+    best = min(candidates, key=lambda c: (abs(Fraction(float(c)) - exact),
+                                          int(np.array(c, np.float32).view(np.uint32)) & 1))
+    return float(best)
+
+
+def objective_tolerance(e_min: np.ndarray, s_all_zero: np.ndarray) -> np.ndarray:
+    e_min = np.asarray(e_min, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        tol = OBJ_REL * (e_min + np.sqrt(e_min * s_all_zero)) + OBJ_ABS * s_all_zero
+    return np.where(np.isfinite(tol), tol, np.inf)
+
+
+# ------------------------------------------------------------------------------------------
+# The certificate
+# ------------------------------------------------------------------------------------------
+
+@dataclass
+class Finding:
+    clause: str
+    text: str
+    group: tuple[int, int] | None = None  # (r, i)
+    element: int | None = None  # j within the group
+    kind: str = ""  # a short key that groups findings of one sort
+
+
+@dataclass
+class Certificate:
+    findings: list[Finding] = field(default_factory=list)
+    uses: Counter = field(default_factory=Counter)  # allowance -> groups or elements that needed it
+    extra: Counter = field(default_factory=Counter)  # clause -> offences found but not listed
+    tolerance_uses: int = 0  # groups accepted only thanks to the objective tolerance
+    groups: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+def _h(v: int) -> str:
+    return f"0x{int(v):02X}"
+
+
+def _e(v: float) -> str:
+    return f"{float(v)!r} ({float(v).hex()})"
+
+
+def certify(weight: np.ndarray, hessian_diag, *, method: str, init: str, K: int, U: int,
+            scale_ceiling: float, global_scale, codes: np.ndarray, scale_bytes: np.ndarray,
+            delta: np.ndarray, observed_global_scale: float, packed: np.ndarray | None = None,
+            allowances=frozenset(), strict: bool = True, limit: int = 20) -> Certificate:
+    """Certify a result (arrays already shape-checked) for the inputs.
+
+    ``weight`` exact float64 (m, n); ``hessian_diag`` (n,) or None; ``global_scale`` the caller's
+    s_g or None. ``strict``: the exact certificate (no tolerance, tie rule, no allowances);
+    otherwise the faithful one with ``allowances``. At most ``limit`` findings of each clause are
+    kept (the count of the rest is added to the last one's text by the caller)."""
+    allow = frozenset() if strict else frozenset(allowances)
+    cert = Certificate()
+    counts: Counter = Counter()
+
+    def add(f: Finding):
+        counts[(f.clause, f.kind)] += 1
+        if counts[(f.clause, f.kind)] <= limit:
+            cert.findings.append(f)
+        else:
+            cert.extra[f.clause] += 1
+
+    def first(mask, clause):
+        """Indices of the first offenders (the rest are only counted)."""
+        hits = np.flatnonzero(mask)
+        if len(hits) > limit:
+            cert.extra[clause] += len(hits) - limit
+        return hits[:limit]
+
+    rows, cols = weight.shape
+    gcols = cols // GROUP
+    amax = float(np.max(np.abs(weight)))
+
+    # ---- NVFP4-GS-1 .. GS-3 ---------------------------------------------------------------
+    obs_sg = float(observed_global_scale)
+    if global_scale is not None:
+        want_sg, gs_clause = float(np.float32(global_scale)), "NVFP4-GS-3"
+    else:
+        want_sg = expected_global_scale(amax, scale_ceiling)
+        exact_q = (Fraction(amax) / (6 * Fraction(float(scale_ceiling)))) if amax else 0
+        gs_clause = "NVFP4-GS-2" if amax == 0 or exact_q < Fraction(FP32_MIN_NORMAL) else "NVFP4-GS-1"
+    if obs_sg != want_sg or math.copysign(1, obs_sg) != math.copysign(1, want_sg):
+        want32 = np.float32(want_sg)
+        lo, hi = want32, want32
+        for _ in range(2):  # within two fp32 ulps
+            lo, hi = np.nextafter(lo, np.float32(0)), np.nextafter(hi, np.float32(np.inf))
+        off_by_ulp = bool(np.isfinite(obs_sg) and lo <= np.float32(obs_sg) <= hi)
+        if "reciprocal-global-scale" in allow and global_scale is None and amax > 0 and off_by_ulp:
+            cert.uses["reciprocal-global-scale"] += 1
+        else:
+            add(Finding(gs_clause, f"global scale s_g expected {_f32(want_sg)} observed "
+                        f"{_f32(obs_sg)}" + (" (the caller's s_g must be used unchanged)"
+                                             if global_scale is not None else
+                                             f" (amax = {_f32(amax)}, C = {scale_ceiling!r})"),
+                        kind="sg"))
+    if not (np.isfinite(obs_sg) and obs_sg >= FP32_MIN_NORMAL):
+        return cert  # nothing below can be judged against an unusable s_g
+    sg = obs_sg
+    near_band = NEAR if ({"reciprocal-multiply", "reciprocal-global-scale"} & allow) else 0.0
+    init_band = NEAR if ({"fp32-scale-rounding", "reciprocal-global-scale"} & allow) else 0.0
+
+    groups_all = weight.reshape(-1, GROUP)
+    G = groups_all.shape[0]
+    cert.groups = G
+    codes_all = np.asarray(codes).reshape(-1, GROUP).astype(np.uint8)
+    bytes_all = np.asarray(scale_bytes).reshape(-1).astype(np.int64)
+    delta_all = np.asarray(delta).reshape(-1).astype(np.int64)
+    if method == "hscale":
+        h_groups = np.asarray(hessian_diag, dtype=np.float64).reshape(gcols, GROUP)
+    prio = priority_deltas(K, U)
+    D = K - 1 - U
+
+    for start in range(0, G, CHUNK):
+        stop = min(G, start + CHUNK)
+        idx = np.arange(start, stop)
+        w = groups_all[start:stop]
+        aw = np.abs(w)
+        gmax = aw.max(axis=1)
+        obs_codes = codes_all[start:stop]
+        obs_byte = bytes_all[start:stop]
+        obs_delta = delta_all[start:stop]
+        if method == "hscale":
+            h = h_groups[idx % gcols]
+        else:
+            h = np.ones_like(w)
+        where = lambda k: (int(idx[k] // gcols), int(idx[k] % gcols))  # noqa: E731
+
+        zero = gmax == 0
+        # ---- NVFP4-ZERO-1 ------------------------------------------------------------------
+        zero_byte = zero & (obs_byte != 0)
+        if "zero-group-byte" in allow:
+            tolerated = zero_byte & (obs_byte <= LAST)
+            cert.uses["zero-group-byte"] += int(np.count_nonzero(tolerated))
+            zero_byte &= ~tolerated
+        for k in first(zero_byte, "NVFP4-ZERO-1"):
+            add(Finding("NVFP4-ZERO-1", f"zero group: scale byte expected 0x00 observed "
+                        f"{_h(obs_byte[k])}", where(k), kind="byte"))
+        delta_checked = zero if "zero-group-byte" not in allow else zero & (obs_byte == 0)
+        for k in first(delta_checked & (obs_delta != 0), "NVFP4-ZERO-1"):
+            add(Finding("NVFP4-ZERO-1", f"zero group: delta expected +0 observed "
+                        f"{obs_delta[k]:+d}", where(k), kind="delta"))
+
+        # ---- non-zero groups: the scale byte must be a ladder byte ---------------------------
+        nz = ~zero
+        off_ladder = nz & ((obs_byte < FIRST) | (obs_byte > LAST))
+        for k in first(off_ladder, 'NVFP4-E4M3-3'):
+            add(Finding("NVFP4-E4M3-3", f"scale byte {_h(obs_byte[k])} of a non-zero group is "
+                        "not on the ladder 0x01..0x7E", where(k), kind="ladder"))
+        good = nz & ~off_ladder
+
+        # ---- initial byte (NVFP4-INIT-1/2) -------------------------------------------------
+        c6 = range_byte(gmax, sg, 6.0)
+        if init == "maxabs":
+            c0 = c6
+        else:
+            c4 = range_byte(gmax, sg, 4.0)
+            e6 = objective(w, 1.0, element_codes(w, sg * SCALE_VALUES[c6][:, None]),
+                           sg * SCALE_VALUES[c6][:, None])
+            e4 = objective(w, 1.0, element_codes(w, sg * SCALE_VALUES[c4][:, None]),
+                           sg * SCALE_VALUES[c4][:, None])
+            c0 = np.where(e4 < e6, c4, c6)
+        implied = obs_byte - obs_delta
+        init_ok = implied == c0
+        init_clause = "NVFP4-INIT-1" if init == "maxabs" else "NVFP4-INIT-2"
+        if not strict:
+            accept = _acceptable_initial(w, gmax, sg, init, implied, c0, init_band, allow, cert)
+            init_ok = init_ok | accept
+        for k in first(good & ~init_ok, init_clause):
+            how = ("" if method == "rtn" else
+                   f" (implied by scale byte {_h(obs_byte[k])} - delta {obs_delta[k]:+d})")
+            text = (f"initial byte expected {_h(c0[k])} observed {_h(implied[k])}{how}; "
+                    f"group amax {_f64(gmax[k])}, amax_g / (6 s_g) = {float(gmax[k] / (6 * sg))!r}")
+            if init == "4over6":
+                text += f"; candidates c6 = {_h(c6[k])}, c4 = {_h(c4[k])}"
+            add(Finding(init_clause, text, where(k), kind="init"))
+        # Judge the rest against the backend's own initial byte where it is usable.
+        base = np.where((implied >= FIRST) & (implied <= LAST), implied, c0)
+
+        # ---- the choice -------------------------------------------------------------------
+        if method == "rtn":
+            for k in first(good & (obs_delta != 0), 'HSCALE-METHOD-1'):
+                add(Finding("HSCALE-METHOD-1", f"rtn keeps the initial byte: delta expected +0 "
+                            f"observed {obs_delta[k]:+d}", where(k), kind="rtn"))
+        else:
+            out = good & ((obs_delta < -D) | (obs_delta > U))
+            for k in first(out, 'HSCALE-WIN-1'):
+                add(Finding("HSCALE-WIN-1", f"scale byte {_h(obs_byte[k])} is outside the window "
+                            f"of initial byte {_h(base[k])}: delta {obs_delta[k]:+d} not in "
+                            f"[-{D}, +{U}] (K={K}, U={U})", where(k), kind="window"))
+            check = good & ~out
+            floor = np.full(base.shape, FIRST)
+            if "no-subnormal-scales" in allow:
+                floor = np.where((obs_byte >= FIRST_NORMAL) & (base >= FIRST_NORMAL),
+                                 FIRST_NORMAL, FIRST)
+            cand = np.clip(base[:, None] + np.array(prio)[None, :], floor[:, None], LAST)
+            scale = sg * SCALE_VALUES[cand]  # (Gc, K)
+            cand_codes = element_codes(w[:, None, :], scale[:, :, None])
+            E = objective(w[:, None, :], h[:, None, :], cand_codes, scale[:, :, None])
+            best = np.argmin(E, axis=1)  # first minimum: the tie rule
+            e_min = E[np.arange(len(best)), best]
+            e_obs = objective(w, h, element_codes(w, sg * SCALE_VALUES[obs_byte.clip(0, LAST)][:, None]),
+                              sg * SCALE_VALUES[obs_byte.clip(0, LAST)][:, None])
+            best_byte = cand[np.arange(len(best)), best]
+            if strict:
+                wrong = check & (obs_byte != best_byte)
+            else:
+                s0 = pairwise(h * (w * w))
+                tol = objective_tolerance(e_min, s0)
+                wrong = check & ~(e_obs <= e_min + tol)
+                cert.tolerance_uses += int(np.count_nonzero(check & ~wrong & (e_obs > e_min)))
+            for k in np.concatenate([first(wrong & (e_obs == e_min), 'HSCALE-ARGMIN-1'),
+                                    first(wrong & (e_obs != e_min), 'HSCALE-OBJ-1')]):
+                tie = e_obs[k] == e_min[k]
+                clause = "HSCALE-ARGMIN-1" if tie else "HSCALE-OBJ-1"
+                d_best = int(best_byte[k] - base[k])
+                text = (f"scale byte expected {_h(best_byte[k])} (delta {d_best:+d}, E = "
+                        f"{_e(e_min[k])}) observed {_h(obs_byte[k])} (delta {obs_delta[k]:+d}, "
+                        f"E = {_e(e_obs[k])})")
+                if tie:
+                    text += ("; equal objectives: the tie rule keeps the earlier candidate in "
+                             "the priority order 0, +1, -1, +2, -2, ...")
+                elif not strict:
+                    text += f"; beyond the faithful tolerance {tol[k]:.3g} of the window minimum"
+                else:
+                    text += "; the observed byte does not minimise the fp64 objective"
+                add(Finding(clause, text, where(k), kind="choice"))
+
+        # ---- codes at the chosen byte (NVFP4-E2M1-2/3) ------------------------------------
+        s_obs = sg * SCALE_VALUES[np.clip(obs_byte, FIRST, LAST)]
+        want = np.where(zero[:, None], np.signbit(w).astype(np.uint8) << 3,
+                        element_codes(w, s_obs[:, None]))
+        bad = (obs_codes != want) & (good | zero)[:, None]
+        if bad.any():
+            _judge_codes(bad, w, want, obs_codes, s_obs, zero, near_band, allow, cert, add, where)
+
+    # ---- NVFP4-PACK-1 ---------------------------------------------------------------------
+    if packed is not None:
+        c = np.asarray(codes).astype(np.uint8)
+        want_packed = (c[:, 0::2] & 0xF) | ((c[:, 1::2] & 0xF) << 4)
+        diff = np.argwhere(np.asarray(packed) != want_packed)
+        for r, b in diff[:limit]:
+            add(Finding("NVFP4-PACK-1", f"packed byte [{r}, {b}] expected {_h(want_packed[r, b])} "
+                        f"(code[{2 * b}] | code[{2 * b + 1}] << 4) observed "
+                        f"{_h(np.asarray(packed)[r, b])}", (int(r), int(b) // 8), kind="pack"))
+    return cert
+
+
+def _acceptable_initial(w, gmax, sg, init, implied, c0, band, allow, cert):
+    """Faithful: which observed initial bytes are acceptable (and count the allowance used)."""
+    def band_bytes(top):
+        q = gmax / (top * sg)
+        out = [range_byte(gmax, sg, top)]
+        if band:
+            for f in (1 - band, 1 + band):
+                b = approx_e4m3_byte(q * f)
+                out.append(np.where((b == 0) & (gmax > 0), FIRST, b))
+        return out
+
+    options = band_bytes(6.0) + (band_bytes(4.0) if init == "4over6" else [])
+    if "no-subnormal-scales" in allow:
+        options += [np.maximum(b, FIRST_NORMAL) for b in options]
+    in_set = np.zeros(implied.shape, dtype=bool)
+    for b in options:
+        in_set |= implied == b
+    accept = in_set & (implied != c0)
+    if init == "4over6" and accept.any():
+        # The side chosen must be as good as the better side, within the objective tolerance.
+        ks = np.flatnonzero(accept)
+        ww = w[ks]
+        def unweighted(byte):
+            s = sg * SCALE_VALUES[np.clip(byte, FIRST, LAST)][:, None]
+            return objective(ww, 1.0, element_codes(ww, s), s)
+        e_impl = unweighted(implied[ks])
+        s0 = pairwise(ww * ww)
+        b6, b4 = range_byte(gmax[ks], sg, 6.0), range_byte(gmax[ks], sg, 4.0)
+        e_best = np.minimum(unweighted(b6), unweighted(b4))
+        ok = e_impl <= e_best + objective_tolerance(e_best, s0)
+        if "no-subnormal-scales" in allow:  # the two sides as such a backend sees them
+            e_raised = np.minimum(unweighted(np.maximum(b6, FIRST_NORMAL)),
+                                  unweighted(np.maximum(b4, FIRST_NORMAL)))
+            ok |= e_impl <= e_raised + objective_tolerance(e_raised, s0)
+        accept[ks] = ok
+    # Count what was needed: a rung off the exact quotient, or a raised subnormal byte.
+    raised = accept & (implied == np.maximum(c0, FIRST_NORMAL)) & (c0 < FIRST_NORMAL)
+    cert.uses["no-subnormal-scales"] += int(np.count_nonzero(raised))
+    other = int(np.count_nonzero(accept & ~raised))
+    if other:
+        name = "fp32-scale-rounding" if "fp32-scale-rounding" in allow else "reciprocal-global-scale"
+        cert.uses[name] += other
+    return accept
+
+
+def _judge_codes(bad, w, want, got, s_obs, zero, band, allow, cert, add, where):
+    """Classify code mismatches (vectorised), count allowances, report the rest."""
+    exp = want.astype(np.int64)
+    obs = got.astype(np.int64)
+    remaining = bad.copy()
+    if "negative-zero" in allow:
+        neg0 = remaining & (exp == 0x8) & (obs == 0x0)
+        cert.uses["negative-zero"] += int(np.count_nonzero(neg0))
+        remaining &= ~neg0
+    if band:
+        x = np.abs(w) / s_obs[:, None]
+        lo = magnitude_codes(x * (1 - band), 1.0)
+        hi = magnitude_codes(x * (1 + band), 1.0)
+        m = obs & 7
+        near = remaining & ~zero[:, None] & ((exp & 8) == (obs & 8)) & ((m == lo) | (m == hi))
+        name = "reciprocal-multiply" if "reciprocal-multiply" in allow else "reciprocal-global-scale"
+        cert.uses[name] += int(np.count_nonzero(near))
+        remaining &= ~near
+    sign_only = (exp ^ obs) == 0x8
+    for k, j in np.argwhere(remaining & zero[:, None])[:64]:
+        wv, e, o = float(w[k, j]), int(exp[k, j]), int(obs[k, j])
+        add(Finding("NVFP4-E2M1-3" if sign_only[k, j] else "NVFP4-ZERO-1",
+                    f"element {j} of a zero group: w = {wv!r}, code expected {e:#x} "
+                    f"observed {o:#x}", where(k), int(j), kind="zero-code"))
+    for kind, mask in (("sign", remaining & ~zero[:, None] & sign_only),
+                       ("magnitude", remaining & ~zero[:, None] & ~sign_only)):
+        for n, (k, j) in enumerate(np.argwhere(mask)):
+            if n >= 64:
+                cert.extra["NVFP4-E2M1-3" if kind == "sign" else "NVFP4-E2M1-2"] += \
+                    int(np.count_nonzero(mask)) - n
+                break
+            wv, e, o = float(w[k, j]), int(exp[k, j]), int(obs[k, j])
+            if kind == "sign":
+                add(Finding("NVFP4-E2M1-3", f"element {j}: w = {wv!r} "
+                            f"({'negative' if np.signbit(wv) else 'positive'} sign bit), code "
+                            f"expected {e:#x} observed {o:#x}", where(k), int(j), kind="sign"))
+            else:
+                on_mid = [float(mm) for mm in MIDPOINTS if abs(wv) == mm * s_obs[k]]
+                why = (f"|w|/s = {on_mid[0]!r} exactly, a tie: it goes to the even code"
+                       if on_mid else f"|w|/s = {float(abs(wv) / s_obs[k])!r}")
+                add(Finding("NVFP4-E2M1-2", f"element {j}: w = {wv!r}, s = {float(s_obs[k])!r}, {why}; "
+                            f"code expected {e:#x} observed {o:#x}", where(k), int(j),
+                            kind="magnitude"))
+
+
+def _f32(v: float) -> str:
+    v = float(v)
+    if not np.isfinite(v):
+        return repr(v)
+    bits = int(np.array(v, dtype=np.float32).view(np.uint32))
+    return f"{v!r} (fp32 0x{bits:08X})"
+
+
+def _f64(v: float) -> str:
+    return f"{float(v)!r} ({float(v).hex()})"

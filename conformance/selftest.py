@@ -1,0 +1,147 @@
+"""Running the suite on other backends in subprocesses (for the self-tests)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .clauses import REPO_ROOT
+
+#: The quick subset the self-tests run: everything but the full models, the bundled real
+#: layer and the self-tests themselves; Hypothesis' "mutant" profile (25 examples, no shrink).
+QUICK = ["-m", "not slow and not selftest", "-k", "not real_minilm_layer",
+         "--ignore", "conformance/test_calibration.py",
+         "--hypothesis-profile", "mutant"]
+
+
+@dataclass
+class Run:
+    name: str
+    backends: list[str]
+    args: list[str] = field(default_factory=list)
+    env: dict = field(default_factory=dict)
+    quick: bool = True
+    returncode: int | None = None
+    seconds: float = 0.0
+    output: str = ""
+    reports: dict = field(default_factory=dict)  # backend id -> report
+
+    def command(self, report_dir: Path) -> list[str]:
+        cmd = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider",
+               "--self-tests", "off", "--conformance-report",
+               str(report_dir / self.name / "{backend}.json")]
+        for b in self.backends:
+            cmd += ["--backend", b]
+        return cmd + (QUICK if self.quick else []) + self.args
+
+
+def run_all(runs: list[Run], report_dir: Path, workers: int = 2, timeout: int = 900) -> list[Run]:
+    report_dir.mkdir(parents=True, exist_ok=True)
+
+    def one(run: Run) -> Run:
+        env = dict(os.environ, HSCALE_CONFORMANCE_CHILD="1", **run.env)
+        env.pop("CI", None)
+        start = time.time()
+        proc = subprocess.run(run.command(report_dir), cwd=REPO_ROOT, env=env, timeout=timeout,
+                              capture_output=True, text=True)
+        run.returncode = proc.returncode
+        run.seconds = time.time() - start
+        run.output = proc.stdout[-20000:] + proc.stderr[-5000:]
+        for path in (report_dir / run.name).glob("*.json"):
+            report = json.loads(path.read_text())
+            run.reports[report["backend"]["id"]] = report
+        return run
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(one, runs))
+
+
+def summary(report: dict) -> str:
+    tests = report.get("tests", {})
+    return (f"{report['backend']['id']}: passed {tests.get('passed', 0)}, failed "
+            f"{tests.get('failed', 0)}, errors {tests.get('error', 0)}, skipped "
+            f"{tests.get('skipped', 0)}; violations {sorted(report.get('violations', {}))}; "
+            f"allowance uses {report.get('allowance_uses')}")
+
+
+# ------------------------------------------------------------------------------------------
+# Every run of the self-tests, started together (longest first) by one session fixture
+# ------------------------------------------------------------------------------------------
+
+M = "conformance.mutants:"
+MARK = "<!-- adapter-example -->"
+
+# mutant -> the clause its failures must cite under the exact profile
+EXACT_EXPECT = {
+    "round_half_away": "NVFP4-E2M1-2",
+    "first_candidate_tie": "HSCALE-ARGMIN-1",
+    "fp32_objective": "HSCALE-OBJ-1",
+    "sequential_sum": "HSCALE-OBJ-1",
+    "no_clip": "HSCALE-WIN-1",
+    "sliding_window": "HSCALE-WIN-1",
+    "negative_zero": "NVFP4-E2M1-3",
+    "reciprocal_multiply": "NVFP4-E2M1-2",
+    "zero_group_byte_one": "NVFP4-ZERO-1",
+    "no_subnormal_scales": "NVFP4-INIT-1",
+    "fp32_scale_division": "NVFP4-INIT-1",
+    "reciprocal_global_scale": "NVFP4-GS-1",
+}
+# (mutant, the allowance that names its divergence, the clause it breaks without it,
+#  another mutant the allowance must NOT excuse)
+ALLOWED = [
+    ("negative_zero", "negative-zero", "NVFP4-E2M1-3", "reciprocal_multiply"),
+    ("reciprocal_multiply", "reciprocal-multiply", "NVFP4-E2M1-2", "negative_zero"),
+    ("zero_group_byte_one", "zero-group-byte", "NVFP4-ZERO-1", "negative_zero"),
+    ("no_subnormal_scales", "no-subnormal-scales", "NVFP4-INIT-1", "zero_group_byte_one"),
+    ("fp32_scale_division", "fp32-scale-rounding", "NVFP4-INIT-1", "reciprocal_multiply"),
+    ("reciprocal_global_scale", "reciprocal-global-scale", "NVFP4-GS-1", "negative_zero"),
+]
+
+RTN_ONLY = '''
+from myadapter import MyAdapter
+
+
+class RtnOnly(MyAdapter):
+    name = "rtnonly"
+    capabilities = frozenset({"rtn"})
+
+
+def create():
+    return RtnOnly()
+'''
+
+
+def adapter_source() -> str:
+    """The adapter example of docs/backends.md (the python block after the marker)."""
+    import re
+    text = (REPO_ROOT / "docs" / "backends.md").read_text(encoding="utf-8")
+    assert MARK in text, f"docs/backends.md lost its {MARK} marker"
+    block = re.search(r"```python\n(.*?)```", text[text.index(MARK):], re.S)
+    assert block, "no python block after the adapter marker in docs/backends.md"
+    return block.group(1)
+
+
+def all_runs(tmp: Path) -> dict[str, Run]:
+    names = list(EXACT_EXPECT)
+    half = len(names) // 2
+    runs = [Run("exact", [M + "identity"] + [M + m for m in names[:half]]),
+            Run("exact-2", [M + m for m in names[half:]]),
+            Run("faithful", [M + "identity"] + [M + m for m, *_ in ALLOWED],
+                ["--profile", "faithful"])]
+    pkg = tmp / "third_party"
+    pkg.mkdir(parents=True, exist_ok=True)
+    (pkg / "myadapter.py").write_text(adapter_source(), encoding="utf-8")
+    (pkg / "rtnonly.py").write_text(RTN_ONLY, encoding="utf-8")
+    env = {"PYTHONPATH": str(pkg)}
+    runs += [Run("adapter", ["myadapter:create"], env=env),
+             Run("rtnonly", ["rtnonly:create"], env=env)]
+    for mutant, allowance, _, other in ALLOWED:
+        runs.append(Run(f"faithful-{allowance}", [M + mutant, M + other],
+                        ["--profile", "faithful", "--allow", allowance]))
+    return {run.name: run for run in run_all(runs, tmp / "reports")}

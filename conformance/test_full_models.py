@@ -1,0 +1,98 @@
+"""Full-model conformance: every Linear layer of all-MiniLM-L6-v2 and of a small random-init
+decoder, with h from a real calibration pass, quantized by the backend with rtn, hscale and
+4over6 + hscale, must equal the reference bit for bit (exact) or pass the certificate
+(faithful). One real MiniLM layer (the bundled default layer) runs in the quick subset too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from .compare import EXACT, Case, is_reference_backend
+
+CONFIGS = {
+    "rtn": dict(method="rtn"),
+    "hscale": dict(method="hscale"),
+    "4over6-hscale": dict(method="hscale", init="4over6", scale_ceiling=256.0),
+}
+REAL_LAYER_CONFIGS = dict(CONFIGS, **{"scale-only": dict(method="scale-only")})
+CLAUSES = ("HSCALE-METHOD-1", "HSCALE-ARGMIN-1", "HSCALE-OBJ-1", "NVFP4-E2M1-2", "NVFP4-INIT-1",
+           "NVFP4-INIT-2", "HSCALE-CAL-1")
+SHOWN_LAYERS = 3
+
+
+def _run_layers(checker, zoo, model_key, config, layers, configs=CONFIGS):
+    opts = configs[config]
+    checker.require(opts["method"], opts.get("init", "maxabs"))
+    failures = []
+    own_certificate = is_reference_backend(checker.backend) and checker.profile == EXACT
+    for name, weight, h in layers:
+        case = Case(weight, h, label=f"{model_key} layer {name} ({config})", **opts)
+        key = (model_key, config, name)
+        try:
+            if checker.profile == EXACT and not own_certificate:
+                if key not in zoo.references:
+                    from .compare import reference_quantize
+                    zoo.references[key] = reference_quantize(case)
+                checker.check(case, reference=zoo.references[key], independent_check=False)
+            else:
+                # exact on the reference backend: the independent certificate (inside check);
+                # faithful: the faithful certificate.
+                result = checker.check(case)
+                if own_certificate:
+                    zoo.references[key] = result  # it is the reference: reuse it for others
+        except pytest.fail.Exception as exc:
+            failures.append(str(exc))
+    if own_certificate:
+        zoo.certified[(model_key, config)] = list(failures)
+    elif checker.profile == EXACT and (model_key, config) not in zoo.certified:
+        zoo.certified[(model_key, config)] = _certify_references(zoo, model_key, opts, config,
+                                                                  layers)
+    if failures:
+        more = len(failures) - SHOWN_LAYERS
+        pytest.fail(f"{len(failures)} of {len(layers)} layers of {model_key} ({config}) do not "
+                    "conform:\n" + "\n".join(failures[:SHOWN_LAYERS])
+                    + (f"\n... and {more} more layers" if more > 0 else ""), pytrace=False)
+    certified = zoo.certified.get((model_key, config), [])
+    if certified:
+        pytest.fail("the backend equals hscale.reference.quantize, but the reference fails the "
+                    "independent certificate (please report):\n" + "\n".join(certified[:3]),
+                    pytrace=False)
+
+
+def _certify_references(zoo, model_key, opts, config, layers):
+    """Independent exact certificate of the cached reference results, once per session."""
+    from .compare import Checker, normalize
+    failures = []
+    for name, weight, h in layers:
+        case = Case(weight, h, label=f"{model_key} layer {name} ({config}), reference", **opts)
+        obs, findings = normalize(zoo.references[(model_key, config, name)], case)
+        cert = Checker(None, "reference").certify(case, obs, strict=True) if obs else None
+        if findings or (cert and cert.findings):
+            failures.append(f"{case.describe()}: " + "; ".join(
+                f"[{f.clause}] {f.text}" for f in (findings or cert.findings)[:3]))
+    return failures
+
+
+@pytest.mark.slow
+@pytest.mark.clause(*CLAUSES)
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("model", ["minilm", "tiny-decoder"])
+def test_full_model(checker, zoo, model, config):
+    layers = zoo.layers(model)
+    if model == "minilm":
+        from hscale.models import MINILM_NUM_LINEAR
+        assert len(layers) == MINILM_NUM_LINEAR, f"MiniLM: {len(layers)} Linear layers found"
+    assert len(layers) > 0, f"{model}: no Linear layers found"
+    _run_layers(checker, zoo, model, config, layers)
+
+
+@pytest.mark.clause("HSCALE-METHOD-1", "HSCALE-ARGMIN-1", "NVFP4-INIT-2", "HSCALE-CAL-1")
+@pytest.mark.parametrize("config", list(REAL_LAYER_CONFIGS))
+def test_real_minilm_layer(checker, zoo, config):
+    """The bundled default layer (MiniLM encoder.layer.0.output.dense, 384 x 1536, real h)."""
+    from hscale.calibration import load_default_layer
+    layer = load_default_layer()
+    _run_layers(checker, zoo, "default-layer", config,
+                [(layer.name, np.asarray(layer.weight), np.asarray(layer.hessian_diag))],
+                REAL_LAYER_CONFIGS)

@@ -1,0 +1,293 @@
+"""The H-Scale search: window (HSCALE-WIN-1), objective (HSCALE-OBJ-1), argmin and its tie rule
+(HSCALE-ARGMIN-1), methods (HSCALE-METHOD-1) and the GPTQ pipeline's local step
+(HSCALE-GPTQ-1), through the backend."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from .builders import L, exact, group_at
+from .compare import EXACT, Case
+from .independent import GROUP, MAGNITUDES
+
+# -- HSCALE-WIN-1 ----------------------------------------------------------------------------
+
+WINDOWS = [(16, 6), (1, 0), (2, 0), (2, 1), (16, 0), (16, 15), (31, 12), (5, 2), (126, 60)]
+
+
+@pytest.mark.clause("HSCALE-WIN-1")
+@pytest.mark.parametrize("K,U", WINDOWS, ids=[f"K{k}-U{u}" for k, u in WINDOWS])
+@pytest.mark.parametrize("method", ["scale-only", "hscale"])
+def test_window_bounds(checker, K, U, method):
+    """Every reported delta lies in [-D, +U] and every byte is clip(c0 + delta, 0x01, 0x7E);
+    groups span initial bytes from the ladder's bottom (clipping at 0x01) to its top (0x7E)."""
+    rng = np.random.default_rng(K * 100 + U)
+    sg = 2.0 ** -6
+    rows = []
+    for c in list(range(1, 16)) + list(range(60, 70)) + list(range(112, 127)):
+        g = group_at(c, sg, list(rng.choice(MAGNITUDES, 15) * rng.uniform(0.2, 1.0, 15)))
+        rows.append(g)
+    weight = np.array(rows, dtype=np.float32)
+    h = rng.choice([0.0, 0.1, 1.0, 50.0], GROUP)
+    case = Case(weight, h, method=method, K=K, U=U, global_scale=sg, label="window bounds")
+    result = checker.check(case)
+    delta = np.asarray(result.delta).astype(int)
+    D = K - 1 - U
+    if ((delta < -D) | (delta > U)).any():
+        r, i = np.argwhere((delta < -D) | (delta > U))[0]
+        checker.fail("HSCALE-WIN-1", f"group (r={r}, i={i}): delta {delta[r, i]:+d} outside "
+                     f"[-{D}, +{U}]", case)
+
+
+@pytest.mark.clause("HSCALE-WIN-1")
+def test_window_clips_at_byte_0x01(checker):
+    """c0 = 0x02 (the group maximum, weight h = 0) and one weighted element 0.5 * e4m3(0x0B) * s_g,
+    exact only at byte 0x0B. The window [-9, +6] clips to 0x01..0x08, which cannot reach 0x0B;
+    a window slid to keep K candidates (0x01..0x10) would."""
+    sg = 1.0
+    g = np.zeros(GROUP)
+    g[0] = 6 * L(0x02) * sg
+    g[1] = 0.5 * L(0x0B) * sg
+    g[2] = 0.5 * L(0x0B) * sg
+    weight = exact(np.stack([g, -g]))
+    h = np.zeros(GROUP)
+    h[1:3] = 1.0
+    case = Case(weight, h, global_scale=sg, label="window clipped at 0x01")
+    result = checker.check(case)
+    b = np.asarray(result.scale_bytes)
+    if checker.profile == EXACT and (b > 0x08).any():  # faithful: the certificate decides
+        checker.fail("HSCALE-WIN-1", f"scale bytes {b.ravel().tolist()}: the window of c0 = 0x02 "
+                     "is clip(0x02 + [-9, +6]) = 0x01..0x08", case)
+
+
+@pytest.mark.clause("HSCALE-WIN-1")
+def test_window_clips_at_byte_0x7E(checker):
+    """c0 = 0x7E (the tensor's maximum, h = 0) and weighted elements exact only at 0x70: the
+    window [-9, +6] clips to 0x75..0x7E; a slid window (0x6F..0x7E) would reach 0x70, and a walk
+    that indexes past 0x7E has nothing there."""
+    g = np.zeros(GROUP)
+    g[0] = 2688.0  # amax: s_g = 1.0 exactly, c0 = 0x7E
+    g[1:4] = 0.5 * L(0x70)
+    weight = exact(np.stack([g, g / 2]))
+    h = np.zeros(GROUP)
+    h[1:4] = 1.0
+    case = Case(weight, h, label="window clipped at 0x7E")
+    result = checker.check(case)
+    b = np.asarray(result.scale_bytes)
+    if checker.profile == EXACT and b[0, 0] < 0x75:  # faithful: the certificate decides
+        checker.fail("HSCALE-WIN-1", f"group (r=0, i=0): scale byte 0x{b[0, 0]:02X}: the window "
+                     "of c0 = 0x7E is clip(0x7E + [-9, +6]) = 0x75..0x7E", case)
+
+
+# -- HSCALE-OBJ-1 ----------------------------------------------------------------------------
+
+# Groups found by search where the fp64 objective summed left to right instead of by the
+# pairwise tree picks another byte (s_g = 1.0, h = fp64 values printed exactly by repr).
+ORDER_SENSITIVE = [
+    ([0.3455841839313507, 0.8216181397438049, 0.3304370641708374, -1.3031572103500366,
+      0.9053558707237244, 0.4463745653629303, -0.5369532108306885, 0.581118106842041,
+      0.3645724058151245, 0.2941325008869171, 0.028422242030501366, 0.5467129945755005,
+      -0.7364540696144104, -0.16290995478630066, -0.4821193218231201, 0.5988461971282959],
+     [0.13404169724716475, 0.6022069521247613, 0.20345524067614962, 0.2623133404418495,
+      0.7503646726300526, 0.2804087579860399, 0.48519097443163506, 0.9807371998012386,
+      0.9616571936637868, 0.7247899407735336, 0.5412268555474342, 0.2768912040453708,
+      0.16065200877512686, 0.9699254132161326, 0.5160685855478787, 0.11586561247077032]),
+    ([-1.11202073097229, -0.37760502099990845, 2.042771577835083, 0.6467030048370361,
+      0.6630633473396301, -0.5140063762664795, -1.6480752229690552, 0.1674647480249405,
+      0.10901408642530441, -1.2273520231246948, -0.6832266449928284, -0.07204367965459824,
+      -0.9447516202926636, -0.09826996922492981, 0.09548302739858627, 0.03558623790740967],
+     [0.14792203578495655, 0.819626719119277, 0.7003082303998541, 0.787096941554801,
+      0.19161625902013524, 0.80236416113453, 0.19132392605720028, 0.08155261736351271,
+      0.8552269742870702, 0.8612834961776684, 0.8765370964165805, 0.4719097193587902,
+      0.2740483886137183, 0.007091828603166261, 0.6457208955749478, 0.719909383508693]),
+    ([-1.1073729991912842, 0.19958452880382538, -0.4667496085166931, 0.235505610704422,
+      0.7595195174217224, -1.6487873792648315, 0.25438812375068665, 1.2246469259262085,
+      -0.29752683639526367, -0.8108145594596863, 0.7522438168525696, 0.2534465193748474,
+      0.8958830833435059, -0.34521570801734924, -1.4818183183670044, -0.11001076549291611],
+     [0.6603553805205233, 0.24555226724317758, 0.7685169988962544, 0.2116747426075105,
+      0.8312748346644612, 0.06271792257076825, 0.8254878133935558, 0.2588966407577598,
+      0.37514699649664185, 0.3167381665569643, 0.6913370352777413, 0.17857187817437192,
+      0.39625616221698645, 0.0058245951079809455, 0.2624947127501015, 0.42118881422895527]),
+]
+
+
+@pytest.mark.clause("HSCALE-OBJ-1")
+@pytest.mark.parametrize("k", range(len(ORDER_SENSITIVE)))
+def test_objective_summation_order(checker, k):
+    """Two candidates whose objectives are equal in exact arithmetic: only the pairwise tree of
+    HSCALE-OBJ-1, rounding after every add, decides between them as the spec does."""
+    w, h = ORDER_SENSITIVE[k]
+    case = Case(exact([w]), np.array(h), global_scale=1.0, label="summation order")
+    checker.check(case)
+
+
+@pytest.mark.clause("HSCALE-OBJ-1")
+@pytest.mark.parametrize("magnitude", [1e-30, 1e-21, 1e18])
+def test_objective_in_fp64_for_tiny_and_huge_weights(checker, magnitude):
+    """Weights whose squared errors underflow (or overflow) float32 but not float64: the
+    objective must be evaluated in fp64 to choose as the spec does."""
+    rng = np.random.default_rng(41)
+    weight = (rng.standard_normal((32, 32)) * magnitude).astype(np.float32)
+    case = Case(weight, rng.random(32) + 0.5, label=f"objective at |w| ~ {magnitude:g}")
+    checker.check(case)
+
+
+@pytest.mark.clause("HSCALE-OBJ-1", "HSCALE-ARGMIN-1")
+@pytest.mark.parametrize("hval", [1e300, 1e-300, 5e-324])
+def test_objective_with_extreme_h(checker, hval):
+    """h so large that terms overflow to inf (every candidate ties at inf: the baseline stays)
+    or so small that they underflow, mixed with ordinary h."""
+    rng = np.random.default_rng(43)
+    weight = rng.standard_normal((8, 32)).astype(np.float32)
+    h = np.where(rng.random(32) < 0.5, hval, 1.0)
+    case = Case(weight, h, label=f"extreme h {hval:g}")
+    checker.check(case)
+
+
+# -- HSCALE-ARGMIN-1 -------------------------------------------------------------------------
+
+# Groups (found by search, s_g = 1.0) whose minimum objective is shared by several candidates:
+# the priority order 0, +1, -1, ... picks another byte than the first candidate in window order.
+TIES = [
+    ([4.125, 6.0, 1.875, 0.40625, 2.5, 0.0, 0.0, 0.0, 2.625, 1.25, -1.875, 1.40625, 1.21875, 2.0,
+      -0.0, 0.9375],
+     [0.0, 0.0, 0.0, 0.5, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0, 0.0, 0.0, 0.0]),
+    ([2.4375, 0.6875, -0.0, -0.234375, 0.203125, -0.21875, 0.4375, -0.6875, 0.5, -0.5625, -2.625,
+      0.0, 0.21875, -0.5625, -0.65625, 2.8125],
+     [0.0, 0.0, 1.0, 0.0, 0.0, 0.5, 0.0, 0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
+]
+
+
+@pytest.mark.clause("HSCALE-ARGMIN-1")
+@pytest.mark.parametrize("k", range(len(TIES)))
+def test_exact_ties_follow_the_priority_order(checker, k):
+    w, h = TIES[k]
+    case = Case(exact([w]), np.array(h), global_scale=1.0, label="exact tie")
+    checker.check(case)
+
+
+@pytest.mark.clause("HSCALE-ARGMIN-1")
+@pytest.mark.parametrize("K,U", [(16, 6), (16, 15), (7, 0)])
+def test_all_candidates_tie_keeps_the_baseline(checker, K, U):
+    """h = 0: every candidate has E = 0, so the baseline (delta 0) wins."""
+    rng = np.random.default_rng(47)
+    weight = rng.standard_normal((6, 64)).astype(np.float32)
+    case = Case(weight, np.zeros(64), K=K, U=U, label="h = 0")
+    result = checker.check(case)
+    checker.expect("HSCALE-ARGMIN-1", "delta (all candidates tie: keep the baseline)",
+                   np.zeros((6, 4), np.int8), result.delta, case)
+
+
+@pytest.mark.clause("HSCALE-ARGMIN-1")
+def test_exact_grid_groups_keep_the_baseline(checker):
+    """Groups exactly on the grid at c0 (E = 0 there) and also exact at c0 + 8 (twice the
+    scale): the tie keeps the baseline. Window K = 16, U = 15 so that +8 is a candidate."""
+    sg = 2.0 ** -3
+    rows = [group_at(c, sg, [0.0, 3.0, -2.0, 1.0, 4.0]) for c in (0x20, 0x38, 0x50)]
+    weight = exact(rows)
+    case = Case(weight, np.ones(GROUP), K=16, U=15, global_scale=sg, label="grid groups")
+    result = checker.check(case)
+    checker.expect("HSCALE-ARGMIN-1", "delta", np.zeros((3, 1), np.int8), result.delta, case)
+
+
+@pytest.mark.clause("HSCALE-ARGMIN-1")
+@pytest.mark.parametrize("init", ["maxabs", "4over6"])
+def test_reported_delta_is_chosen_minus_initial(checker, init):
+    rng = np.random.default_rng(53)
+    weight = (rng.standard_normal((16, 64)) * np.exp(rng.uniform(-3, 3, (16, 1)))).astype(np.float32)
+    h = rng.random(64) * 10
+    checker.require("rtn")
+    base = checker.check(Case(weight, method="rtn", init=init, label="rtn (initial bytes)"))
+    case = Case(weight, h, init=init, label="reported delta")
+    result = checker.check(case)
+    want = (np.asarray(result.scale_bytes).astype(int) - np.asarray(base.scale_bytes).astype(int))
+    checker.expect("HSCALE-ARGMIN-1", "delta = chosen byte - initial byte (the rtn byte)",
+                   want.astype(np.int8), result.delta, case)
+
+
+# -- HSCALE-METHOD-1 -------------------------------------------------------------------------
+
+def _layer(seed, rows=12, cols=64):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((rows, cols)) * np.exp(rng.uniform(-2, 2, (rows, 1)))
+    return w.astype(np.float32), rng.random(cols) * rng.choice([0.0, 1.0, 100.0], cols)
+
+
+def _same(checker, clause, what, a, b, case):
+    for name in ("scale_bytes", "delta", "codes"):
+        checker.expect(clause, f"{what}: {name}", np.asarray(a.__getattribute__(name)),
+                       np.asarray(b.__getattribute__(name)), case,
+                       "elements" if name == "codes" else "groups")
+
+
+@pytest.mark.clause("HSCALE-METHOD-1")
+@pytest.mark.parametrize("init", ["maxabs", "4over6"])
+def test_rtn_reads_neither_window_nor_h(checker, init):
+    weight, h = _layer(59)
+    a = checker.check(Case(weight, method="rtn", init=init, label="rtn"))
+    case = Case(weight, method="rtn", init=init, K=3, U=2, label="rtn with another window")
+    b = checker.check(case)
+    _same(checker, "HSCALE-METHOD-1", "rtn must not depend on K and U", a, b, case)
+
+
+@pytest.mark.clause("HSCALE-METHOD-1")
+@pytest.mark.parametrize("init", ["maxabs", "4over6"])
+@pytest.mark.parametrize("K,U", [(16, 6), (9, 4)])
+def test_hscale_with_unit_h_is_scale_only(checker, init, K, U):
+    weight, _ = _layer(61)
+    a = checker.check(Case(weight, method="scale-only", init=init, K=K, U=U, label="scale-only"))
+    case = Case(weight, np.ones(weight.shape[1]), method="hscale", init=init, K=K, U=U,
+                label="hscale, h = 1")
+    b = checker.check(case)
+    _same(checker, "HSCALE-METHOD-1", "hscale with h = 1 must equal scale-only", a, b, case)
+
+
+@pytest.mark.clause("HSCALE-METHOD-1")
+@pytest.mark.parametrize("method", ["rtn", "scale-only", "hscale"])
+@pytest.mark.parametrize("init", ["maxabs", "4over6"])
+def test_methods_and_inits(checker, method, init):
+    weight, h = _layer(67, 20, 128)
+    checker.check(Case(weight, h, method=method, init=init, label="method x init"))
+
+
+@pytest.mark.clause("HSCALE-METHOD-1")
+def test_hscale_differs_from_scale_only_where_h_matters(checker):
+    """The spec's worked example: hscale picks 0x67, scale-only 0x68, rtn keeps 0x69."""
+    w = [0.75, -1.5, 2.25, 0.125, -3.0, 5.5, 0.0, -0.0, 1.0, 4.25, -2.75, 0.5, 3.5, -6.5, 1.75, 0.375]
+    h = [1, 1, 1, 1, 1, 8, 1, 1, 1, 1, 1, 1, 1, 0.5, 1, 1]
+    weight = exact([w])
+    picks = {}
+    for method in checker.methods():
+        case = Case(weight, np.array(h, float), method=method, global_scale=2.0 ** -6,
+                    label="spec worked example")
+        picks[method] = (case, checker.check(case))
+    want = {"rtn": (0x69, 0), "scale-only": (0x68, -1), "hscale": (0x67, -2)}
+    for method, (case, result) in picks.items():
+        b, d = want[method]
+        checker.expect("HSCALE-METHOD-1", f"{method}: scale byte", np.array([[b]], np.uint8),
+                       result.scale_bytes, case)
+        checker.expect("HSCALE-METHOD-1", f"{method}: delta", np.array([[d]], np.int8),
+                       result.delta, case)
+    if "hscale" in picks:
+        checker.expect("HSCALE-METHOD-1", "hscale: packed",
+                       np.array([[0xB2, 0x04, 0x7D, 0x80, 0x62, 0x1D, 0xF6, 0x14]], np.uint8),
+                       picks["hscale"][1].packed, picks["hscale"][0], "flat")
+
+
+# -- HSCALE-GPTQ-1 ---------------------------------------------------------------------------
+
+@pytest.mark.clause("HSCALE-GPTQ-1")
+@pytest.mark.parametrize("method", ["rtn", "scale-only", "hscale"])
+def test_gptq_with_diagonal_hessian_is_plain_quantize(checker, method):
+    """With a diagonal H no error moves between columns, so the GPTQ pipeline's result equals
+    the backend's quantize(weight, diag(H)) bit for bit (HSCALE-GPTQ-1)."""
+    from hscale.reference import gptq_quantize
+    weight, h = _layer(71, 8, 64)
+    H = np.diag(h)
+    case = Case(weight, h, method=method, label="GPTQ with diagonal H")
+    result = checker.check(case)
+    if checker.profile == EXACT:
+        pipeline = gptq_quantize(weight, H, method=method)
+        _same(checker, "HSCALE-GPTQ-1", "GPTQ (diagonal H) vs quantize(diag H)", pipeline, result,
+              case)

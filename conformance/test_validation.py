@@ -1,0 +1,177 @@
+"""Input validation (NVFP4-IN-1 .. NVFP4-IN-5): every bad input raises ValueError naming the
+argument, the first offending index (where there is one) and the clause."""
+
+from __future__ import annotations
+
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+GOOD_W = np.arange(2 * 32, dtype=np.float32).reshape(2, 32) / 7
+GOOD_H = np.ones(32)
+
+
+def _w(dtype=np.float32, bad=None, at=(1, 5)):
+    w = GOOD_W.astype(dtype)
+    if bad is not None:
+        w[at] = bad
+    return w
+
+
+def _h(bad=None, at=7, n=32):
+    h = np.ones(n)
+    if bad is not None:
+        h[at] = bad
+    return h
+
+
+def _index_re(index) -> str:
+    inner = r"\s*,\s*".join(str(i) for i in index)
+    return r"[\[\(]\s*" + inner + r"\s*,?\s*[\]\)]"
+
+
+def _run(checker, clause, argname, index, call):
+    """``call`` must raise ValueError citing ``argname``, ``clause`` and ``index``."""
+    backend = checker.backend
+    try:
+        call(backend)
+    except ValueError as exc:
+        text = str(exc)
+        missing = []
+        if argname not in text:
+            missing.append(f"the argument name {argname!r}")
+        if clause not in text:
+            missing.append(f"the clause {clause}")
+        if index is not None and not re.search(_index_re(index), text):
+            missing.append(f"the first offending index {list(index)}")
+        if missing:
+            checker.fail(clause, f"ValueError raised, but its message does not name "
+                         f"{' and '.join(missing)}: {text!r}")
+        return
+    except Exception as exc:  # noqa: BLE001
+        checker.fail(clause, f"expected ValueError naming {argname!r}, got "
+                     f"{type(exc).__name__}: {exc}")
+    checker.fail(clause, f"bad {argname} accepted: expected ValueError naming {argname!r}")
+
+
+def q(weight=None, h=None, **kw):
+    weight = GOOD_W if weight is None else weight
+    return lambda b: b.quantize(weight, h, **kw)
+
+
+WEIGHT_CASES = {
+    "list": (q(weight=[[0.0] * 16]), None),
+    "float64": (q(weight=GOOD_W.astype(np.float64), method="rtn"), None),
+    "int32": (q(weight=np.ones((2, 32), np.int32), method="rtn"), None),
+    "1-D": (q(weight=np.ones(32, np.float32), method="rtn"), None),
+    "3-D": (q(weight=np.ones((1, 2, 32), np.float32), method="rtn"), None),
+    "empty": (q(weight=np.ones((0, 32), np.float32), method="rtn"), None),
+    "n=24": (q(weight=np.ones((2, 24), np.float32), method="rtn"), None),
+    "nan": (q(weight=_w(bad=np.nan), method="rtn"), (1, 5)),
+    "inf": (q(weight=_w(bad=np.inf, at=(0, 17)), method="rtn"), (0, 17)),
+    "-inf-hscale": (q(weight=_w(bad=-np.inf, at=(1, 31)), h=GOOD_H), (1, 31)),
+    "nan-bf16": (q(weight=_w(ml_dtypes.bfloat16, np.nan, (0, 3)), method="rtn"), (0, 3)),
+    "inf-fp16": (q(weight=_w(np.float16, np.inf, (1, 0)), method="rtn"), (1, 0)),
+    "first-of-two": (q(weight=np.where(np.arange(64).reshape(2, 32) % 9 == 4, np.nan, 1.0)
+                       .astype(np.float32), method="rtn"), (0, 4)),
+}
+
+
+@pytest.mark.clause("NVFP4-IN-1")
+@pytest.mark.parametrize("name", list(WEIGHT_CASES))
+def test_bad_weight(checker, name):
+    call, index = WEIGHT_CASES[name]
+    _run(checker, "NVFP4-IN-1", "weight", index, call)
+
+
+H_CASES = {
+    "missing": (q(h=None), None, "HSCALE-METHOD-1"),
+    "short": (q(h=np.ones(31)), None, "NVFP4-IN-2"),
+    "2-D": (q(h=np.ones((1, 32))), None, "NVFP4-IN-2"),
+    "nan": (q(h=_h(np.nan)), (7,), "NVFP4-IN-2"),
+    "inf": (q(h=_h(np.inf, 3)), (3,), "NVFP4-IN-2"),
+    "negative": (q(h=_h(-1e-300, 9)), (9,), "NVFP4-IN-2"),
+    "negative-first": (q(h=np.where(np.arange(32) >= 20, -1.0, 1.0)), (20,), "NVFP4-IN-2"),
+    "complex": (q(h=np.ones(32, complex)), None, "NVFP4-IN-2"),
+    "strings": (q(h=np.array(["1"] * 32)), None, "NVFP4-IN-2"),
+}
+
+
+@pytest.mark.clause("NVFP4-IN-2")
+@pytest.mark.parametrize("name", list(H_CASES))
+def test_bad_hessian_diag(checker, name):
+    checker.require("hscale")
+    call, index, clause = H_CASES[name]
+    _run(checker, clause, "hessian_diag", index, call)
+
+
+WINDOW_CASES = {
+    "K=0": (dict(K=0), "K"), "K=-1": (dict(K=-1, U=0), "K"), "U=-1": (dict(U=-1), "U"),
+    "U=K": (dict(K=4, U=4), "U"), "K=1.5": (dict(K=1.5), "K"), "K=True": (dict(K=True, U=0), "K"),
+    "U='3'": (dict(U="3"), "U"), "U=2.0": (dict(U=2.0), "U"),
+}
+
+
+@pytest.mark.clause("NVFP4-IN-3")
+@pytest.mark.parametrize("name", list(WINDOW_CASES))
+@pytest.mark.parametrize("method", ["scale-only", "hscale"])
+def test_bad_window(checker, name, method):
+    checker.require(method)
+    kw, arg = WINDOW_CASES[name]
+    _run(checker, "NVFP4-IN-3", arg, None, q(h=GOOD_H, method=method, **kw))
+
+
+SCALE_CASES = {
+    "sg=0": (dict(global_scale=0.0), "global_scale"),
+    "sg<0": (dict(global_scale=-1.0), "global_scale"),
+    "sg=nan": (dict(global_scale=float("nan")), "global_scale"),
+    "sg=inf": (dict(global_scale=float("inf")), "global_scale"),
+    "sg-subnormal": (dict(global_scale=float(np.float32(1e-40))), "global_scale"),
+    "sg-not-fp32": (dict(global_scale=0.1), "global_scale"),
+    "sg=True": (dict(global_scale=True), "global_scale"),
+    "sg-string": (dict(global_scale="1.0"), "global_scale"),
+    "sg-overflows": (dict(global_scale=float(np.float32(1e36))), "global_scale"),
+    "C=0": (dict(scale_ceiling=0.0), "scale_ceiling"),
+    "C<0": (dict(scale_ceiling=-448.0), "scale_ceiling"),
+    "C=449": (dict(scale_ceiling=449.0), "scale_ceiling"),
+    "C=nan": (dict(scale_ceiling=float("nan")), "scale_ceiling"),
+    "C=inf": (dict(scale_ceiling=float("inf")), "scale_ceiling"),
+    "C-string": (dict(scale_ceiling="448"), "scale_ceiling"),
+}
+
+
+@pytest.mark.clause("NVFP4-IN-4")
+@pytest.mark.parametrize("name", list(SCALE_CASES))
+def test_bad_scales(checker, name):
+    kw, arg = SCALE_CASES[name]
+    _run(checker, "NVFP4-IN-4", arg, None, q(method="rtn", **kw))
+
+
+CHOICE_CASES = {
+    "method=gptq": (dict(method="gptq"), "method"),
+    "method=HSCALE": (dict(method="HSCALE"), "method"),
+    "method=None": (dict(method=None), "method"),
+    "init=minmax": (dict(method="rtn", init="minmax"), "init"),
+    "init=None": (dict(method="rtn", init=None), "init"),
+    "init=4over6 ": (dict(method="rtn", init="4over6 "), "init"),
+}
+
+
+@pytest.mark.clause("NVFP4-IN-5")
+@pytest.mark.parametrize("name", list(CHOICE_CASES))
+def test_bad_method_or_init(checker, name):
+    kw, arg = CHOICE_CASES[name]
+    _run(checker, "NVFP4-IN-5", arg, None, q(**kw))
+
+
+@pytest.mark.clause("NVFP4-GS-2")
+@pytest.mark.parametrize("ceiling", [1.0, 7.0])
+def test_computed_global_scale_that_would_overflow_is_rejected(checker, ceiling):
+    """amax near the fp32 maximum with a small scale ceiling: fp32(6 * 448 * s_g) would be
+    infinite, so the tensor is rejected (NVFP4-GS-2)."""
+    w = GOOD_W.copy()
+    w[1, 3] = 3e38
+    _run(checker, "NVFP4-GS-2", "scale_ceiling", None, q(weight=w, method="rtn",
+                                                          scale_ceiling=ceiling))
