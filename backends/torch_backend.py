@@ -83,7 +83,7 @@ CUDA_CHUNK_GROUPS = 1 << 17
 # in blocks of COMPILE_BLOCK_GROUPS (one compiled shape per layer width, K and h/no h).
 # HSCALE_TORCH_COMPILE=0 turns it off, =1 forces it for any layer size.
 COMPILE_MIN_GROUPS = 1 << 16
-COMPILE_BLOCK_GROUPS = 4096
+COMPILE_BLOCK_GROUPS = 16384
 
 
 def _import_torch():
