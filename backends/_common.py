@@ -16,18 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hscale.reference import (QuantizedWeight, SCALE_BYTE_VALUES, candidate_byte,
-                              compute_global_scale, priority_order)
-from hscale.reference.e4m3 import LADDER_FIRST_BYTE, LADDER_LAST_BYTE
-from hscale.reference.initial_scale import range_fitting_byte
+from hscale.reference import QuantizedWeight, candidate_byte, compute_global_scale, priority_order
+from hscale.reference.e4m3 import LADDER_LAST_BYTE
 from hscale.reference.quantize import (check_arguments, check_method_hessian,
                                        resolve_global_scale)
-
-# Value of each non-negative scale byte 0x00..0x7E as float64 (0x00 first, then the ladder):
-# the effective scale of byte c is s_g * SCALE_VALUES[c], exact in float64 (24 x 4 bits).
-SCALE_VALUES = np.ascontiguousarray(SCALE_BYTE_VALUES, dtype=np.float64)
-FIRST_BYTE = int(LADDER_FIRST_BYTE)  # 0x01
-LAST_BYTE = int(LADDER_LAST_BYTE)  # 0x7E
 
 
 @dataclass(frozen=True)
@@ -67,25 +59,12 @@ def global_scale_for(request: Request, amax: float) -> np.float32:
     return compute_global_scale(float(amax), request.scale_ceiling)
 
 
-def initial_bytes_at(group_amax: np.ndarray, global_scale, top_magnitude: float) -> np.ndarray:
-    """``E4M3_RNE_satfinite(amax_g / (top * s_g))``, 0x01 for a non-zero group rounding to 0,
-    by the reference (NVFP4-INIT-1; top = 6 for max-abs, 6 and 4 for the 4over6 candidates).
-    A zero group gets 0x00 here; the backends search it at 0x01 and put 0x00 back."""
-    return range_fitting_byte(np.asarray(group_amax, dtype=np.float64), global_scale,
-                              float(top_magnitude))
-
-
-def priority_deltas(K: int, U: int) -> list[int]:
-    """The window's shifts in tie-break priority 0, +1, -1, ..., by the reference."""
-    return list(priority_order(K, U))
-
-
 def window_table(K: int, U: int) -> np.ndarray:
     """(127, K) uint8: row c holds the window around initial byte c in priority order,
     ``clip(c + delta, 1, 126)`` by the reference's ``candidate_byte`` (HSCALE-WIN-1). Row 0 is
     never used (a zero group is searched at 0x01)."""
-    initial = np.arange(LAST_BYTE + 1, dtype=np.uint8)
-    return np.stack([candidate_byte(initial, d) for d in priority_deltas(K, U)], axis=1)
+    initial = np.arange(LADDER_LAST_BYTE + 1, dtype=np.uint8)
+    return np.stack([candidate_byte(initial, d) for d in priority_order(K, U)], axis=1)
 
 
 def finish(request: Request, codes: np.ndarray, scale_bytes: np.ndarray,

@@ -34,6 +34,8 @@ import numpy as np
 from hscale import __version__
 from hscale.backends import CAPABILITIES
 from hscale.backends import _common as common
+from hscale.reference import SCALE_BYTE_VALUES, priority_order
+from hscale.reference.initial_scale import range_fitting_byte
 
 GROUP = 16
 THREADS_PER_BLOCK = 128
@@ -254,7 +256,7 @@ class CupyBackend:
         initial = cp.empty(G, dtype=cp.uint8)
         h = cp.asarray(req.h) if inputs["use_h"] else None
         c4 = cp.asarray(inputs["c4"]) if inputs["c4"] is not None else None
-        args = (np.int64(G), np.int64(ng), w, h, cp.asarray(common.SCALE_VALUES),
+        args = (np.int64(G), np.int64(ng), w, h, cp.asarray(SCALE_BYTE_VALUES),
                 np.float64(inputs["sg"]), cp.asarray(inputs["c6"]), c4,
                 cp.asarray(inputs["prio"]), np.int32(req.K), np.int32(inputs["search"]),
                 codes, chosen, initial)
@@ -268,15 +270,15 @@ class CupyBackend:
 def _host_inputs(req: common.Request, amax_host: np.ndarray) -> dict:
     """Everything the kernel needs besides the weights, computed by the reference."""
     global_scale = common.global_scale_for(req, amax_host.max())
-    c6 = common.initial_bytes_at(amax_host, global_scale, 6.0)
-    c4 = (common.initial_bytes_at(amax_host, global_scale, 4.0) if req.init == "4over6"
+    c6 = range_fitting_byte(amax_host, global_scale, 6.0)
+    c4 = (range_fitting_byte(amax_host, global_scale, 4.0) if req.init == "4over6"
           else None)
     return {
         "global_scale": global_scale,
         "sg": float(global_scale),
         "c6": np.ascontiguousarray(c6, dtype=np.uint8),
         "c4": None if c4 is None else np.ascontiguousarray(c4, dtype=np.uint8),
-        "prio": np.asarray(common.priority_deltas(req.K, req.U), dtype=np.int32),
+        "prio": np.asarray(priority_order(req.K, req.U), dtype=np.int32),
         "search": int(req.method != "rtn"),
         "use_h": req.method == "hscale",
     }
@@ -332,7 +334,7 @@ def quantize_with_host_harness(weight, hessian_diag=None, *, method="hscale", in
     chosen = np.empty(G, dtype=np.uint8)
     initial = np.empty(G, dtype=np.uint8)
     h = np.ascontiguousarray(req.h, dtype=np.float64) if inputs["use_h"] else None
-    ladder = common.SCALE_VALUES
+    ladder = SCALE_BYTE_VALUES
     c6, c4, prio = inputs["c6"], inputs["c4"], inputs["prio"]
 
     def ptr(a):

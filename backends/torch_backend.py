@@ -71,6 +71,9 @@ import numpy as np
 from hscale import __version__
 from hscale.backends import CAPABILITIES
 from hscale.backends import _common as common
+from hscale.reference import SCALE_BYTE_VALUES
+from hscale.reference.e4m3 import LADDER_FIRST_BYTE
+from hscale.reference.initial_scale import range_fitting_byte
 
 GROUP = 16
 MAGIC = float(2 ** 51)  # C = 2^51 * clamp(x, 1, 6): ulp(C) is the E2M1 spacing at x
@@ -338,7 +341,7 @@ class _Quantizer:
         # The weight in its own dtype (float32, float16 or bfloat16; no copy on the CPU),
         # widened to float64 (exactly) one block at a time.
         self.weight = _as_tensor(torch, request.weight).to(self.device)
-        self.scale_values = torch.from_numpy(common.SCALE_VALUES).to(self.device)
+        self.scale_values = torch.from_numpy(SCALE_BYTE_VALUES).to(self.device)
         self.scales = None  # s_g * value of each byte, once s_g is known
         self.search = request.method != "rtn" and request.K > 1
         self.workers = {}  # thread id -> _Worker (its reusable buffers)
@@ -494,8 +497,8 @@ class _Worker:
         (NVFP4-INIT-1); a zero group gets 0x01 here (searched there, 0x00 put back at the end)."""
         q = self.q
         amax = q.amax_host[sl]
-        c = common.initial_bytes_at(amax, q.global_scale, top).astype(np.int64)
-        c[amax == 0] = common.FIRST_BYTE
+        c = range_fitting_byte(amax, q.global_scale, top).astype(np.int64)
+        c[amax == 0] = LADDER_FIRST_BYTE
         return self.torch.from_numpy(c).to(q.device)
 
     def process(self, block):
