@@ -65,6 +65,7 @@ MINILM_MAX_LENGTH = 256  # all-MiniLM-L6-v2's max_seq_length; no bundled text re
 
 _DATA_PACKAGE = "hscale"
 _TEXT_FILE = "calibration.txt"
+_HELDOUT_FILE = "heldout.txt"
 _DEFAULT_LAYER_FILE = "default_layer.npz"
 
 
@@ -130,9 +131,15 @@ class HessianDiagCollector:
         h = col.hessian_diag()                # {name: np.ndarray float64 (in_features,)}
         col.tokens                            # {name: number of token rows accumulated}
         col.calls                             # {name: number of times the hook fired}
+
+    With ``full=True`` it also accumulates the whole ``H = X^T X`` (fp64, (n, n)), for GPTQ
+    (HSCALE-GPTQ-1) and the full-Hessian layer objective; :meth:`hessian` returns it. ``h`` is
+    accumulated separately in both modes (the sum of ``x_j^2`` as HSCALE-CAL-1 states it), so
+    turning ``full`` on never changes ``h``.
     """
 
-    def __init__(self, model, layers=None, *, mask_key: Optional[str] = "attention_mask"):
+    def __init__(self, model, layers=None, *, mask_key: Optional[str] = "attention_mask",
+                 full: bool = False):
         torch = _torch()
         self.model = model
         self.layers = _resolve_layers(model, layers)
@@ -145,6 +152,12 @@ class HessianDiagCollector:
             name: torch.zeros(mod.in_features, dtype=torch.float64, device=mod.weight.device)
             for name, mod in self.layers
         }
+        self.full = bool(full)
+        self._gram: Dict[str, Any] = {
+            name: torch.zeros(mod.in_features, mod.in_features, dtype=torch.float64,
+                              device=mod.weight.device)
+            for name, mod in self.layers
+        } if self.full else {}
         self.tokens: Dict[str, int] = {name: 0 for name, _ in self.layers}
         self.calls: Dict[str, int] = {name: 0 for name, _ in self.layers}
         self._mask = None
@@ -179,6 +192,9 @@ class HessianDiagCollector:
             x64 = rows.to(torch.float64)
             acc = self._acc[name]
             acc += (x64 * x64).sum(dim=0).to(acc.device)
+            if self.full:
+                gram = self._gram[name]
+                gram += (x64.T @ x64).to(gram.device)
             self.tokens[name] += int(rows.shape[0])
             self.calls[name] += 1
             return None
@@ -256,6 +272,44 @@ class HessianDiagCollector:
     def hessian_diag(self) -> Dict[str, np.ndarray]:
         return {name: acc.detach().cpu().numpy().astype(np.float64, copy=True) for name, acc in self._acc.items()}
 
+    def hessian(self) -> Dict[str, np.ndarray]:
+        """``{name: H = X^T X}`` float64 (n, n), symmetric; only with ``full=True``."""
+        if not self.full:
+            raise RuntimeError("HessianDiagCollector(full=False) accumulates only diag(X^T X); "
+                               "pass full=True for the whole X^T X")
+        out = {}
+        for name, gram in self._gram.items():
+            H = gram.detach().cpu().numpy().astype(np.float64, copy=True)
+            out[name] = (H + H.T) / 2  # exact symmetry (x^T x sums may differ in the last bit)
+        return out
+
+
+def _run_collector(collector, batches, progress: bool, desc: str, stats) -> None:
+    iterator = batches
+    if progress:
+        from tqdm import tqdm
+
+        total = len(batches) if hasattr(batches, "__len__") else None
+        iterator = tqdm(batches, total=total, desc=desc, unit="batch")
+    n_batches = 0
+    try:
+        with collector:
+            for batch in iterator:
+                collector.run_batch(batch)
+                n_batches += 1
+    finally:
+        if iterator is not batches:
+            iterator.close()
+    unused = [name for name, c in collector.calls.items() if c == 0]
+    if unused and n_batches:
+        warnings.warn(
+            f"calibration: {len(unused)} layer(s) never ran and get h = 0, first: {unused[0]!r}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    if stats is not None:
+        stats.update(tokens=dict(collector.tokens), calls=dict(collector.calls), batches=n_batches)
+
 
 def collect_hessian_diag(
     model,
@@ -277,31 +331,26 @@ def collect_hessian_diag(
     gets an all-zero h. Hooks are removed even when the forward raises.
     """
     collector = HessianDiagCollector(model, layers, mask_key=mask_key)
-    iterator = batches
-    if progress:
-        from tqdm import tqdm
-
-        total = len(batches) if hasattr(batches, "__len__") else None
-        iterator = tqdm(batches, total=total, desc=desc, unit="batch")
-    n_batches = 0
-    try:
-        with collector:
-            for batch in iterator:
-                collector.run_batch(batch)
-                n_batches += 1
-    finally:
-        if iterator is not batches:
-            iterator.close()
-    unused = [name for name, c in collector.calls.items() if c == 0]
-    if unused and n_batches:
-        warnings.warn(
-            f"calibration: {len(unused)} layer(s) never ran and get h = 0, first: {unused[0]!r}",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-    if stats is not None:
-        stats.update(tokens=dict(collector.tokens), calls=dict(collector.calls), batches=n_batches)
+    _run_collector(collector, batches, progress, desc, stats)
     return collector.hessian_diag()
+
+
+def collect_hessian(
+    model,
+    batches: Iterable[Any],
+    layers=None,
+    progress: bool = True,
+    *,
+    mask_key: Optional[str] = "attention_mask",
+    desc: str = "calibration",
+    stats: Optional[Dict[str, Any]] = None,
+) -> Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]:
+    """``({name: H}, {name: h})``: the whole ``H = X^T X`` (float64 (n, n)) and ``h`` as
+    :func:`collect_hessian_diag` computes it, from one pass. Arguments as there. Memory: one
+    n x n float64 matrix per layer."""
+    collector = HessianDiagCollector(model, layers, mask_key=mask_key, full=True)
+    _run_collector(collector, batches, progress, desc, stats)
+    return collector.hessian(), collector.hessian_diag()
 
 
 # --------------------------------------------------------------------------------------------
@@ -317,10 +366,20 @@ def calibration_text_sha256() -> str:
     return hashlib.sha256(_data_file(_TEXT_FILE).read_bytes()).hexdigest()
 
 
+def _text_lines(name: str) -> List[str]:
+    raw = _data_file(name).read_text(encoding="utf-8")
+    return [line.strip() for line in raw.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
 def calibration_texts() -> List[str]:
     """The bundled calibration texts (one per non-blank, non-``#`` line of calibration.txt)."""
-    raw = _data_file(_TEXT_FILE).read_text(encoding="utf-8")
-    return [line.strip() for line in raw.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return _text_lines(_TEXT_FILE)
+
+
+def heldout_texts() -> List[str]:
+    """The bundled held-out texts (heldout.txt): none of them is a calibration text, so they
+    measure a quantized model on text it was not calibrated on."""
+    return _text_lines(_HELDOUT_FILE)
 
 
 def text_batches(tokenizer, texts: Sequence[str], batch_size: int = MINILM_BATCH_SIZE, max_length: int = MINILM_MAX_LENGTH):

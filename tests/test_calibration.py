@@ -74,6 +74,26 @@ def test_h_matches_numpy_xtx_with_padding_excluded():
         np.testing.assert_allclose(h[name], expected, rtol=1e-12, atol=0, err_msg=name)
 
 
+def test_full_hessian_matches_numpy_xtx_and_leaves_h_unchanged():
+    model = make_mlp()
+    g = torch.Generator().manual_seed(1)
+    x1 = torch.randn(3, 5, 32, generator=g)
+    mask1 = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]])
+    x1[mask1 == 0] = 1e3  # padding must not leak into H either
+    batches = [C.CalibrationBatch(x1, mask1)]
+
+    H, h_full = C.collect_hessian(model, batches, progress=False)
+    h = C.collect_hessian_diag(model, batches, progress=False)
+    ins = mlp_layer_inputs(model, x1)
+    for name in h:
+        x = ins[name][mask1.bool()].numpy().astype(np.float64)
+        np.testing.assert_allclose(H[name], x.T @ x, rtol=1e-12, atol=1e-12, err_msg=name)
+        assert np.array_equal(H[name], H[name].T), name
+        assert np.array_equal(h_full[name], h[name]), name  # full mode never changes h
+    with pytest.raises(RuntimeError, match="full=True"):
+        C.HessianDiagCollector(model).hessian()
+
+
 def test_padded_batch_equals_unpadded_sequences():
     model = make_mlp()
     g = torch.Generator().manual_seed(2)
@@ -373,6 +393,12 @@ def test_calibration_texts():
     assert all(t and not t.startswith("#") and t == t.strip() for t in texts)
     assert len(set(texts)) == len(texts)
     assert re.fullmatch(r"[0-9a-f]{64}", C.calibration_text_sha256())
+
+
+def test_heldout_texts_are_not_calibration_texts():
+    heldout = C.heldout_texts()
+    assert len(heldout) >= 50 and len(set(heldout)) == len(heldout)
+    assert not set(heldout) & set(C.calibration_texts())
 
 
 def test_default_layer_loads():
