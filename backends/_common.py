@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hscale.reference import QuantizedWeight, candidate_byte, compute_global_scale, priority_order
+from hscale.reference import QuantizedWeight, compute_global_scale, priority_order, window_bytes
 from hscale.reference.e4m3 import LADDER_LAST_BYTE
-from hscale.reference.quantize import (check_arguments, check_method_hessian,
-                                       resolve_global_scale)
+from hscale.reference.quantize import check_arguments, resolve_global_scale
+from hscale.reference.validation import check_method_hessian
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def window_table(K: int, U: int) -> np.ndarray:
     ``clip(c + delta, 1, 126)`` by the reference's ``candidate_byte`` (HSCALE-WIN-1). Row 0 is
     never used (a zero group is searched at 0x01)."""
     initial = np.arange(LADDER_LAST_BYTE + 1, dtype=np.uint8)
-    return np.stack([candidate_byte(initial, d) for d in priority_order(K, U)], axis=1)
+    return window_bytes(initial, priority_order(K, U))
 
 
 def finish(request: Request, codes: np.ndarray, scale_bytes: np.ndarray,

@@ -49,7 +49,7 @@ def encode_e2m1(weight: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """
     weight = np.asarray(weight, dtype=np.float64)
     magnitude = np.abs(weight)
-    magnitude_code = np.zeros(weight.shape, dtype=np.uint8)
+    magnitude_code = np.zeros(np.broadcast_shapes(weight.shape, np.shape(scale)), dtype=np.uint8)
     for lower_code, midpoint in enumerate(E2M1_MIDPOINTS):
         threshold = midpoint * scale  # NVFP4-E2M1-2: exact in float64
         if lower_code % 2 == 0:
@@ -61,8 +61,3 @@ def encode_e2m1(weight: np.ndarray, scale: np.ndarray) -> np.ndarray:
         magnitude_code += passes.astype(np.uint8)
     sign = np.where(np.signbit(weight), SIGN_BIT, 0).astype(np.uint8)  # NVFP4-E2M1-3
     return sign | magnitude_code
-
-
-def sign_only_codes(weight: np.ndarray) -> np.ndarray:
-    """Codes of a zero group: the sign bit of each element and a zero magnitude (NVFP4-ZERO-1)."""
-    return np.where(np.signbit(weight), SIGN_BIT, 0).astype(np.uint8)

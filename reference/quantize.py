@@ -1,7 +1,24 @@
-"""The public entry point: quantize a weight matrix to NVFP4 with RTN, scale-only or H-Scale.
+"""The public entry point, ``quantize``, and the steps it is made of.
 
-This module only wires the clauses together; each step is implemented, with its clause ID, in
-the module named beside it.
+This module only wires the clauses together. ``Quantizer`` is the pipeline of docs/spec.md as
+named steps, each a method that calls the function implementing its clause in the module named
+beside it:
+
+    validate          NVFP4-IN-1 .. -5                       validation.py
+    global_scale      NVFP4-GS-1 .. -3                       global_scale.py
+    group_maxima      amax_g of NVFP4-INIT-1                 (here)
+    initial_bytes     NVFP4-INIT-1, NVFP4-INIT-2             initial_scale.py
+    window_table      HSCALE-WIN-1 and the priority order    window.py, search.py
+    encode            NVFP4-E2M1-2, NVFP4-E2M1-3             e2m1.py
+    objective         HSCALE-OBJ-1                           objective.py
+    search            HSCALE-ARGMIN-1 over the window        search.py
+    select_bytes      HSCALE-METHOD-1, NVFP4-ZERO-1          zero_groups.py
+    encode_at         codes at the chosen bytes              e2m1.py, zero_groups.py
+    dequantize        NVFP4-DEQ-1                            dequantize.py
+
+A backend subclasses ``Quantizer`` and replaces only its hot steps (``candidate_objectives``,
+``encode``, ``group_maxima``, ``load_groups``, ``map_blocks``); a conformance mutant replaces
+one step. ``quantize()`` is ``Quantizer().quantize()``.
 """
 
 from __future__ import annotations
@@ -10,18 +27,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .e2m1 import E2M1_VALUES, encode_e2m1, sign_only_codes
+from . import validation
+from .dequantize import dequantize, effective_scale
+from .e2m1 import encode_e2m1
+from .e4m3 import LADDER_FIRST_BYTE, LADDER_LAST_BYTE
 from .global_scale import DEFAULT_SCALE_CEILING, compute_global_scale
-from .initial_scale import four_over_six_byte, maxabs_byte
-from .objective import GROUP_SIZE, UNIT_WEIGHTS
+from .initial_scale import FOUR_OVER_SIX_TOPS, TOP_MAGNITUDE, four_over_six_choice, range_fitting_byte
+from .objective import GROUP_SIZE, UNIT_WEIGHTS, weighted_error
 from .packing import pack_codes, swizzle_scale_bytes
-from .search import effective_scale, search_scale_byte
-from .validation import (INITS, METHODS, check_choice, check_global_scale, check_hessian_diag,
-                         check_scale_ceiling, check_weight, check_window)
+from .search import first_minimum, priority_order, reported_delta
+from .window import window_bytes
+from .zero_groups import ZERO_GROUP_BYTE, is_zero_group, zero_group_codes
 
-# Rows are processed in chunks of about this many groups, so that the float64 temporaries of
-# one chunk stay at a few tens of MB whatever the layer size.
-CHUNK_GROUPS = 1 << 15
+# A block of the weight is processed at once: whole rows of about this many groups (or a part
+# of one row when a row has more), so that the float64 temporaries stay at a few tens of MB
+# whatever the layer size.
+BLOCK_GROUPS = 1 << 15
 
 
 @dataclass(frozen=True, eq=False)
@@ -31,14 +52,15 @@ class QuantizedWeight:
     ``codes`` uint8 (m, n), 4-bit E2M1 codes; ``packed`` uint8 (m, n/2), element 2i in the low
     nibble; ``scale_bytes`` uint8 (m, n/16), E4M3 bytes, row-major; ``global_scale`` np.float32,
     the dequantization multiplier; ``delta`` int8 (m, n/16), the chosen shift from the initial
-    byte (0 for rtn and for zero groups).
+    byte (0 for rtn and for zero groups), and ``initial_bytes`` uint8 (m, n/16): both None for a
+    result that does not say (a third-party implementation without a search).
     """
 
     codes: np.ndarray
     packed: np.ndarray
     scale_bytes: np.ndarray
     global_scale: np.float32
-    delta: np.ndarray
+    delta: np.ndarray | None
     method: str = "hscale"
     init: str = "maxabs"
     K: int = 16
@@ -51,24 +73,21 @@ class QuantizedWeight:
         return self.codes.shape
 
     def dequantize(self) -> np.ndarray:
-        """float32 (m, n): ``fp32_rne(code_value * e4m3(scale_byte) * s_g)`` (NVFP4-DEQ-1).
-
-        The product is exact in float64 (2 + 4 + 24 significant bits); one rounding to fp32.
-        """
-        code_value = E2M1_VALUES[self.codes.astype(np.intp)]
-        group_scale = effective_scale(self.scale_bytes, self.global_scale)  # exact
-        element_scale = np.repeat(group_scale, GROUP_SIZE, axis=1)
-        return (code_value * element_scale).astype(np.float32)  # NVFP4-DEQ-1
+        """float32 (m, n): ``fp32_rne(code_value * e4m3(scale_byte) * s_g)`` (NVFP4-DEQ-1)."""
+        return dequantize(self.codes, self.scale_bytes, self.global_scale)
 
     @classmethod
-    def from_bytes(cls, codes, scale_bytes, initial_bytes, global_scale, *, method, init, K, U,
-                   scale_ceiling) -> "QuantizedWeight":
+    def from_bytes(cls, codes, scale_bytes, initial_bytes, global_scale, *, method="hscale",
+                   init="maxabs", K=16, U=6, scale_ceiling=DEFAULT_SCALE_CEILING) -> "QuantizedWeight":
         """The result of any quantizer from its codes and bytes: packing (NVFP4-PACK-1) and
-        ``delta = chosen byte - initial byte`` (HSCALE-ARGMIN-1) are derived here, once."""
+        ``delta = chosen byte - initial byte`` (HSCALE-ARGMIN-1) are derived here, once.
+        ``initial_bytes`` None: a result that does not report them (delta None too)."""
         codes = np.ascontiguousarray(codes, dtype=np.uint8)
         scale_bytes = np.ascontiguousarray(scale_bytes, dtype=np.uint8)
-        initial_bytes = np.ascontiguousarray(initial_bytes, dtype=np.uint8)
-        delta = (scale_bytes.astype(np.int16) - initial_bytes.astype(np.int16)).astype(np.int8)
+        delta = None
+        if initial_bytes is not None:
+            initial_bytes = np.ascontiguousarray(initial_bytes, dtype=np.uint8)
+            delta = reported_delta(scale_bytes, initial_bytes)
         return cls(codes=codes, packed=pack_codes(codes), scale_bytes=scale_bytes,
                    global_scale=np.float32(global_scale), delta=delta, method=method, init=init,
                    K=K, U=U, scale_ceiling=scale_ceiling, initial_bytes=initial_bytes)
@@ -76,6 +95,199 @@ class QuantizedWeight:
     def swizzled_scale_bytes(self) -> np.ndarray:
         """The scale bytes in the 128x4 tiled layout of block-scaled GEMMs (NVFP4-PACK-3)."""
         return swizzle_scale_bytes(self.scale_bytes)
+
+
+@dataclass(frozen=True)
+class Options:
+    """The validated parameters of one call (NVFP4-IN-3 .. -5)."""
+
+    method: str = "hscale"
+    init: str = "maxabs"
+    K: int = 16
+    U: int = 6
+    scale_ceiling: float = DEFAULT_SCALE_CEILING
+
+
+def plan_blocks(rows: int, group_cols: int, block_groups: int) -> list[tuple[int, int, int, int]]:
+    """``(r0, r1, i0, i1)`` blocks covering the (rows, group_cols) groups: whole rows while a row
+    has at most ``block_groups`` groups, else parts of one row. Every block's groups are
+    contiguous in a row-major weight."""
+    if group_cols <= block_groups:
+        step = max(1, block_groups // group_cols)
+        return [(r0, min(rows, r0 + step), 0, group_cols) for r0 in range(0, rows, step)]
+    return [(r, r + 1, i0, min(group_cols, i0 + block_groups))
+            for r in range(rows) for i0 in range(0, group_cols, block_groups)]
+
+
+class Quantizer:
+    """``quantize()`` as named steps (see the module docstring for the clause of each).
+
+    Groups are float64 arrays (..., 16) in the reference (``load_groups`` widens exactly); a
+    backend may hand its own representation between its own steps. ``h`` is the Hessian
+    diagonal of each group, broadcastable against the groups: (group_cols, 16) for a block of
+    whole rows, or ``UNIT_WEIGHTS`` (16,) for scale-only.
+    """
+
+    block_groups = BLOCK_GROUPS
+    # The ends of the E4M3 ladder (NVFP4-E4M3-3): where the initial byte of a non-zero group
+    # (NVFP4-INIT-1) and the window (HSCALE-WIN-1) are clipped.
+    first_scale_byte = LADDER_FIRST_BYTE
+    last_scale_byte = LADDER_LAST_BYTE
+    zero_group_byte = ZERO_GROUP_BYTE  # NVFP4-ZERO-1
+
+    # -- the whole call ------------------------------------------------------------------------
+    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16, U=6,
+                 scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None) -> QuantizedWeight:
+        weight, h, options, given_scale = self.validate(weight, hessian_diag, method, init, K, U,
+                                                        scale_ceiling, global_scale)
+        s_g = given_scale if given_scale is not None else self.global_scale(weight, options)
+        rows, cols = weight.shape
+        group_cols = cols // GROUP_SIZE
+        codes = np.empty((rows, cols), dtype=np.uint8)
+        chosen = np.empty((rows, group_cols), dtype=np.uint8)
+        initial = np.empty((rows, group_cols), dtype=np.uint8)
+        context = self.prepare(options)
+
+        def run_block(block):
+            r0, r1, i0, i1 = block
+            cols_ = slice(GROUP_SIZE * i0, GROUP_SIZE * i1)
+            groups = self.load_groups(weight[r0:r1, cols_])
+            group_h = None if h is None else h[cols_].reshape(-1, GROUP_SIZE)
+            block_initial, block_chosen = self.select_bytes(groups, group_h, s_g, options, context)
+            codes[r0:r1, cols_] = self.encode_at(groups, block_chosen, s_g).reshape(r1 - r0, -1)
+            chosen[r0:r1, i0:i1] = block_chosen
+            initial[r0:r1, i0:i1] = block_initial
+
+        self.map_blocks(run_block, plan_blocks(rows, group_cols, self.block_groups))
+        return QuantizedWeight.from_bytes(codes, chosen, initial, s_g, method=options.method,
+                                          init=options.init, K=options.K, U=options.U,
+                                          scale_ceiling=options.scale_ceiling)
+
+    def validate(self, weight, hessian_diag, method, init, K, U, scale_ceiling, global_scale):
+        """``(weight, h, options, caller's s_g or None)``, each checked (NVFP4-IN-1 .. -5): h as
+        float64 (n,) for hscale, None for the methods that do not read it (HSCALE-METHOD-1)."""
+        weight, method, init, K, U, scale_ceiling = check_arguments(weight, method, init, K, U,
+                                                                    scale_ceiling)
+        h = validation.check_method_hessian(hessian_diag, method, weight.shape[1])
+        if global_scale is not None:
+            global_scale = validation.check_global_scale(global_scale)
+        return weight, h, Options(method, init, K, U, scale_ceiling), global_scale
+
+    def global_scale(self, weight, options: Options) -> np.float32:
+        """s_g from the tensor's amax (NVFP4-GS-1, -2); max |W| without a |W| temporary, exact
+        in the weight's own dtype."""
+        amax = max(float(np.max(weight)), -float(np.min(weight)))
+        return compute_global_scale(amax, options.scale_ceiling)
+
+    def prepare(self, options: Options) -> dict:
+        """What every block of one call shares: the window of every initial byte."""
+        return {"window": self.window_table(options.K, options.U)}
+
+    def map_blocks(self, function, blocks) -> None:
+        """``function(block)`` for every block, in order (a backend may run them in parallel)."""
+        for block in blocks:
+            function(block)
+
+    # -- the steps of a block -------------------------------------------------------------------
+    def load_groups(self, block_weight: np.ndarray) -> np.ndarray:
+        """The block's groups (rows, group_cols, 16) as float64: an exact widening."""
+        rows, cols = block_weight.shape
+        return block_weight.astype(np.float64).reshape(rows, cols // GROUP_SIZE, GROUP_SIZE)
+
+    def group_maxima(self, groups) -> np.ndarray:
+        """amax_g = max_j |w_j| of each group (...), float64 (NVFP4-INIT-1)."""
+        return np.max(np.abs(groups), axis=-1)
+
+    def select_bytes(self, groups, h, s_g, options: Options, context: dict):
+        """``(initial bytes, chosen bytes)`` (...) of the groups: zero groups get 0x00 and are
+        neither initialised nor searched (NVFP4-ZERO-1); rtn keeps the initial byte, scale-only
+        searches with h = 1, hscale with h (HSCALE-METHOD-1)."""
+        amax = self.group_maxima(groups)
+        zero = is_zero_group(amax)  # NVFP4-ZERO-1
+        initial = np.full(amax.shape, self.zero_group_byte, dtype=np.uint8)
+        chosen = initial.copy()
+        live_groups, live_h, live_amax = _live(~zero, groups, h, amax)
+        live_initial = self.initial_bytes(live_groups, live_amax, s_g, options.init)
+        if options.method == "rtn":
+            live_chosen = live_initial  # HSCALE-METHOD-1: no search
+        else:
+            weights = UNIT_WEIGHTS if options.method == "scale-only" else live_h  # HSCALE-METHOD-1
+            live_chosen = self.search(live_groups, weights, live_initial, s_g, context)
+        initial[~zero] = np.ravel(live_initial)
+        chosen[~zero] = np.ravel(live_chosen)
+        return initial, chosen
+
+    def range_bytes(self, group_amax, s_g, top_magnitude) -> np.ndarray:
+        """The byte mapping each group maximum onto ``top_magnitude`` (NVFP4-INIT-1)."""
+        return range_fitting_byte(group_amax, s_g, top_magnitude, self.first_scale_byte)
+
+    def initial_bytes(self, groups, group_amax, s_g, init: str) -> np.ndarray:
+        """The baseline byte of each (non-zero) group: max-abs (NVFP4-INIT-1) or 4over6, the
+        better of the bytes at 6 and at 4 by the unweighted objective (NVFP4-INIT-2)."""
+        if init == "maxabs":
+            return self.range_bytes(group_amax, s_g, TOP_MAGNITUDE)  # NVFP4-INIT-1
+        pair = np.stack([self.range_bytes(group_amax, s_g, top) for top in FOUR_OVER_SIX_TOPS],
+                        axis=-1)
+        errors = self.candidate_objectives(groups, UNIT_WEIGHTS, pair, s_g)
+        return four_over_six_choice(pair, errors)  # NVFP4-INIT-2
+
+    def window_table(self, K: int, U: int) -> np.ndarray:
+        """Row c: the window around initial byte c, ``clip(c + delta, 0x01, 0x7E)`` for the
+        shifts in priority order (HSCALE-WIN-1, HSCALE-ARGMIN-1); (127, k) uint8."""
+        every_byte = np.arange(self.last_scale_byte + 1)
+        return window_bytes(every_byte, priority_order(K, U), self.first_scale_byte,
+                            self.last_scale_byte)
+
+    def search(self, groups, h, initial, s_g, context: dict) -> np.ndarray:
+        """The candidate of least objective in the window of each initial byte; on equal
+        objectives the earlier one in priority order (HSCALE-WIN-1 .. HSCALE-ARGMIN-1)."""
+        window = context["window"][initial]  # (..., k) in priority order
+        errors = self.candidate_objectives(groups, h, window, s_g)
+        best = first_minimum(errors)  # HSCALE-ARGMIN-1
+        return np.take_along_axis(window, best[..., None], axis=-1)[..., 0]
+
+    def candidate_objectives(self, groups, h, candidates, s_g) -> np.ndarray:
+        """The objective (..., k) of each group at each of its candidate bytes (..., k): the
+        codes by ``encode`` at the candidate's scale, scored by ``objective``."""
+        errors = np.empty(candidates.shape, dtype=np.float64)
+        for k in range(candidates.shape[-1]):
+            scale = effective_scale(candidates[..., k], s_g)  # NVFP4-DEQ-1
+            codes = self.encode(groups, scale[..., None])
+            errors[..., k] = self.objective(groups, h, codes, scale)
+        return errors
+
+    def encode(self, groups, scale) -> np.ndarray:
+        """E2M1 codes of the groups at the effective scales (broadcastable) (NVFP4-E2M1-2, -3)."""
+        return encode_e2m1(groups, scale)
+
+    def objective(self, groups, h, codes, scale) -> np.ndarray:
+        """``E = sum_j h_j (w_j - q_j s)^2`` of each group, as HSCALE-OBJ-1 evaluates it."""
+        return weighted_error(groups, h, codes, scale)
+
+    def encode_at(self, groups, scale_bytes, s_g) -> np.ndarray:
+        """Codes (..., 16) of the groups at their chosen bytes; zero groups (byte 0x00) keep
+        only their signs (NVFP4-ZERO-1)."""
+        zero = scale_bytes == self.zero_group_byte
+        if not zero.any():
+            return self.encode(groups, effective_scale(scale_bytes, s_g)[..., None])
+        codes = np.empty(np.shape(groups), dtype=np.uint8)
+        live_groups = _live(~zero, groups)[0]
+        codes[~zero] = self.encode(live_groups, effective_scale(scale_bytes[~zero], s_g)[..., None])
+        codes[zero] = zero_group_codes(np.asarray(groups)[zero])  # NVFP4-ZERO-1
+        return codes
+
+
+def _live(live, groups, h=None, amax=None):
+    """``(groups, h, amax)`` of the groups selected by ``live``: the arrays themselves when
+    every group is live (no copy), else the live ones, (L, 16) and (L,)."""
+    if live.all():
+        return groups, h, amax
+    if h is not None:
+        h = np.broadcast_to(h, np.shape(groups))[live]
+    return np.asarray(groups)[live], h, None if amax is None else amax[live]
+
+
+_REFERENCE = Quantizer()
 
 
 def quantize(weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16, U=6,
@@ -90,94 +302,37 @@ def quantize(weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16,
     scale_ceiling: C of NVFP4-GS-1 (448 default, 256 for the 4over6 convention).
     global_scale: a pipeline's own s_g (positive normal fp32), else computed (NVFP4-GS-1).
     """
-    weight, method, init, K, U, scale_ceiling = check_arguments(weight, method, init, K, U,
-                                                                scale_ceiling)
-    rows, cols = weight.shape
-    h = check_method_hessian(hessian_diag, method, cols)
-    global_scale = resolve_global_scale(weight, global_scale, scale_ceiling)
+    return _REFERENCE.quantize(weight, hessian_diag, method=method, init=init, K=K, U=U,
+                               scale_ceiling=scale_ceiling, global_scale=global_scale)
 
-    group_cols = cols // GROUP_SIZE
-    codes = np.empty((rows, cols), dtype=np.uint8)
-    scale_bytes = np.empty((rows, group_cols), dtype=np.uint8)
-    initial_bytes = np.empty((rows, group_cols), dtype=np.uint8)
-    rows_per_chunk = max(1, CHUNK_GROUPS // group_cols)
-    for start in range(0, rows, rows_per_chunk):
-        stop = min(rows, start + rows_per_chunk)
-        exact_rows = weight[start:stop].astype(np.float64)  # exact widening
-        chunk = _quantize_rows(exact_rows, h, method, init, K, U, global_scale)
-        codes[start:stop], scale_bytes[start:stop], initial_bytes[start:stop] = chunk
 
-    return QuantizedWeight.from_bytes(codes, scale_bytes, initial_bytes, global_scale,
-                                      method=method, init=init, K=K, U=U,
-                                      scale_ceiling=scale_ceiling)
-
+# -- the steps as functions, for pipelines that compose them (reference/gptq.py) ---------------
 
 def check_arguments(weight, method, init, K, U, scale_ceiling):
     """The arguments every quantizer shares, checked (NVFP4-IN-1, -3, -4, -5)."""
-    method = check_choice("method", method, METHODS)
-    init = check_choice("init", init, INITS)
-    weight = check_weight(weight)
-    K, U = check_window(K, U)
-    scale_ceiling = check_scale_ceiling(scale_ceiling)
+    method = validation.check_choice("method", method, validation.METHODS)
+    init = validation.check_choice("init", init, validation.INITS)
+    weight = validation.check_weight(weight)
+    K, U = validation.check_window(K, U)
+    scale_ceiling = validation.check_scale_ceiling(scale_ceiling)
     return weight, method, init, K, U, scale_ceiling
-
-
-def check_method_hessian(hessian_diag, method, cols):
-    """h as float64 (n,) for hscale, where it is required (NVFP4-IN-2); None for rtn and
-    scale-only, which do not read it (HSCALE-METHOD-1)."""
-    if method != "hscale":
-        return None
-    if hessian_diag is None:
-        raise ValueError("hessian_diag: method 'hscale' needs the Hessian diagonal h, got "
-                         "None (spec NVFP4-IN-2, HSCALE-METHOD-1)")
-    return check_hessian_diag(hessian_diag, cols)
 
 
 def resolve_global_scale(weight, global_scale, scale_ceiling) -> np.float32:
     """The caller's s_g checked (NVFP4-GS-3, NVFP4-IN-4), or s_g computed (NVFP4-GS-1)."""
     if global_scale is not None:
-        return check_global_scale(global_scale)
-    # max |W| without a full |W| temporary; exact in the weight's own dtype.
-    amax = max(float(np.max(weight)), -float(np.min(weight)))
-    return compute_global_scale(amax, scale_ceiling)
+        return validation.check_global_scale(global_scale)
+    return _REFERENCE.global_scale(weight, Options(scale_ceiling=scale_ceiling))
 
 
 def select_scale_bytes(groups, group_h, method, init, K, U, global_scale):
-    """(initial byte, chosen byte) of each group (rows of ``groups``, float64 (G, 16)).
-
-    ``group_h`` is the Hessian diagonal of each group, (G, 16) or (16,); read by hscale only.
-    """
-    group_amax = np.max(np.abs(groups), axis=1)
-    if init == "maxabs":
-        initial_byte = maxabs_byte(group_amax, global_scale)  # NVFP4-INIT-1
-    else:
-        initial_byte = four_over_six_byte(groups, group_amax, global_scale)  # NVFP4-INIT-2
-    if method == "rtn":
-        scale_byte = initial_byte  # HSCALE-METHOD-1: no search
-    else:
-        weights = UNIT_WEIGHTS if method == "scale-only" else group_h  # HSCALE-METHOD-1
-        scale_byte = search_scale_byte(groups, weights, initial_byte, global_scale, K, U)
-    zero_group = group_amax == 0
-    initial_byte = np.where(zero_group, 0, initial_byte).astype(np.uint8)  # NVFP4-ZERO-1
-    scale_byte = np.where(zero_group, 0, scale_byte).astype(np.uint8)  # NVFP4-ZERO-1
-    return initial_byte, scale_byte
+    """(initial byte, chosen byte) of each group (rows of ``groups``, float64 (G, 16));
+    ``group_h`` (16,) or (G, 16), read by hscale only."""
+    options = Options(method, init, K, U)
+    return _REFERENCE.select_bytes(groups, group_h, global_scale, options,
+                                   _REFERENCE.prepare(options))
 
 
 def encode_groups(groups, scale_byte, global_scale):
     """Codes of each group at its chosen byte; a zero group keeps only signs (NVFP4-ZERO-1)."""
-    zero_group = scale_byte == 0
-    scale = effective_scale(np.maximum(scale_byte, 1), global_scale)
-    return np.where(zero_group[:, None], sign_only_codes(groups),
-                    encode_e2m1(groups, scale[:, None]))
-
-
-def _quantize_rows(weight_rows, h, method, init, K, U, global_scale):
-    """Codes, scale bytes and initial bytes of a block of rows (float64 (r, n))."""
-    rows, cols = weight_rows.shape
-    groups = weight_rows.reshape(-1, GROUP_SIZE)  # row-major: group (r, i) is row r*n/16 + i
-    group_h = None if h is None else np.tile(h.reshape(-1, GROUP_SIZE), (rows, 1))
-    initial_byte, scale_byte = select_scale_bytes(groups, group_h, method, init, K, U,
-                                                  global_scale)
-    group_codes = encode_groups(groups, scale_byte, global_scale)
-    return (group_codes.reshape(rows, cols), scale_byte.reshape(rows, -1),
-            initial_byte.reshape(rows, -1))
+    return _REFERENCE.encode_at(groups, scale_byte, global_scale)

@@ -1,58 +1,58 @@
-"""The scale search: every candidate of the window scored, the argmin with its tie rule
-(spec clauses HSCALE-WIN-1, HSCALE-OBJ-1, HSCALE-ARGMIN-1)."""
+"""The choice among the candidates: the priority order, the minimum and its tie rule, and the
+reported shift (spec clause HSCALE-ARGMIN-1)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from .dequantize import effective_scale
 from .e2m1 import encode_e2m1
-from .e4m3 import decode_e4m3
 from .objective import weighted_error
-from .window import candidate_byte, priority_order
+from .window import searched_shifts, window_bytes
 
 
-def effective_scale(scale_byte: np.ndarray, global_scale: float) -> np.ndarray:
-    """``s = s_g * e4m3(scale_byte)``, exact in float64 (24 x 4 significant bits)."""
-    return float(global_scale) * decode_e4m3(scale_byte)
+def priority_order(K: int, U: int) -> list[int]:
+    """The window's shifts in tie-break priority: 0, +1, -1, +2, -2, ... (HSCALE-ARGMIN-1),
+    limited to the shifts a search needs (``window.searched_shifts``).
 
-
-def search_scale_byte(groups: np.ndarray, hessian_diag: np.ndarray, initial_byte: np.ndarray,
-                      global_scale: float, K: int, U: int) -> np.ndarray:
-    """The scale byte of each group (rows of ``groups``, shape (G, 16)) minimising the objective
-    over the window around ``initial_byte`` (G,). ``hessian_diag`` is (G, 16) or (16,).
-
-    Candidates are visited in priority order and a later one replaces the incumbent only when
-    its objective is strictly smaller, so an exact tie keeps the earlier candidate
-    (HSCALE-ARGMIN-1). Clipped duplicates are the same byte, hence the same objective, and
-    never replace each other.
+    Keep the baseline unless something is strictly better; then the smallest move; between two
+    moves of the same size, the larger scale.
     """
-    best_byte = None
-    best_error = None
-    for delta in priority_order(K, U):
-        scale_byte = candidate_byte(initial_byte, delta)  # HSCALE-WIN-1
-        scale = effective_scale(scale_byte, global_scale)
-        codes = encode_e2m1(groups, scale[:, None])
-        error = weighted_error(groups, hessian_diag, codes, scale)  # HSCALE-OBJ-1
-        if best_byte is None:
-            best_byte, best_error = scale_byte, error
-            continue
-        strictly_better = error < best_error  # HSCALE-ARGMIN-1
-        best_byte = np.where(strictly_better, scale_byte, best_byte)
-        best_error = np.where(strictly_better, error, best_error)
-    return best_byte.astype(np.uint8)
+    D, U = searched_shifts(K, U)
+    order = [0]
+    for step in range(1, max(U, D) + 1):
+        if step <= U:
+            order.append(+step)
+        if step <= D:
+            order.append(-step)
+    return order
 
 
-def candidate_errors(group: np.ndarray, hessian_diag: np.ndarray, initial_byte: int,
-                     global_scale: float, K: int, U: int) -> list[tuple[int, int, float]]:
-    """For one group: ``(delta, scale_byte, objective)`` of every candidate in priority order.
+def first_minimum(errors: np.ndarray) -> np.ndarray:
+    """Index (...) of the least objective along the last axis of ``errors`` (..., k), the
+    candidates being in priority order; on exactly equal objectives the earlier candidate wins
+    (HSCALE-ARGMIN-1). ``np.argmin`` returns the first minimal index, and an objective is never
+    NaN (HSCALE-OBJ-1), so this is the spec's "replace only when strictly smaller"."""
+    return np.argmin(errors, axis=-1)  # HSCALE-ARGMIN-1
 
-    For explanations and failure reports; the search above does not use it.
+
+def reported_delta(chosen_bytes: np.ndarray, initial_bytes: np.ndarray) -> np.ndarray:
+    """The reported shift ``delta = chosen byte - initial byte`` as int8 (HSCALE-ARGMIN-1)."""
+    return (np.asarray(chosen_bytes).astype(np.int16)
+            - np.asarray(initial_bytes).astype(np.int16)).astype(np.int8)  # HSCALE-ARGMIN-1
+
+
+def candidate_errors(group: np.ndarray, hessian_diag, initial_byte: int, global_scale: float,
+                     K: int, U: int) -> list[tuple[int, int, float]]:
+    """For one group (16,): ``(delta, scale_byte, objective)`` of every candidate in priority
+    order, a clipped duplicate listed under each of its shifts.
+
+    For explanations and failure reports; the search does not use it.
     """
-    rows = []
-    for delta in priority_order(K, U):
-        scale_byte = candidate_byte(np.array([initial_byte], dtype=np.uint8), delta)
-        scale = effective_scale(scale_byte, global_scale)
-        codes = encode_e2m1(group[None, :], scale[:, None])
-        error = weighted_error(group[None, :], hessian_diag, codes, scale)
-        rows.append((delta, int(scale_byte[0]), float(error[0])))
-    return rows
+    group = np.asarray(group, dtype=np.float64)
+    shifts = priority_order(K, U)
+    candidates = window_bytes(np.array(initial_byte), shifts)  # (k,)
+    scale = effective_scale(candidates, global_scale)
+    codes = encode_e2m1(group[None, :], scale[:, None])
+    errors = weighted_error(group[None, :], hessian_diag, codes, scale)
+    return [(delta, int(b), float(e)) for delta, b, e in zip(shifts, candidates, errors)]

@@ -76,6 +76,17 @@ def check_hessian_diag(hessian_diag, cols: int) -> np.ndarray:
     return exact
 
 
+def check_method_hessian(hessian_diag, method: str, cols: int):
+    """h as float64 (n,) for hscale, where it is required (NVFP4-IN-2); None for rtn and
+    scale-only, which do not read it (HSCALE-METHOD-1)."""
+    if method != "hscale":
+        return None
+    if hessian_diag is None:
+        raise ValueError("hessian_diag: method 'hscale' needs the Hessian diagonal h, got "
+                         "None (spec NVFP4-IN-2, HSCALE-METHOD-1)")
+    return check_hessian_diag(hessian_diag, cols)
+
+
 def check_window(K, U) -> tuple[int, int]:
     """K >= 1 candidates with 0 <= U <= K - 1 upward shifts, as ints (NVFP4-IN-3)."""
     for name, value in (("K", K), ("U", U)):

@@ -19,7 +19,7 @@ import pytest
 
 from hscale.reference import SCALE_BYTE_VALUES, candidate_errors, priority_order
 from hscale.reference.e2m1 import E2M1_VALUES, encode_e2m1
-from hscale.reference.window import candidate_byte
+from hscale.reference.window import window_bytes
 from hscale.vectors import formats, hexio
 from hscale.vectors.catalogue import (DEFAULT_SEED, ORDER_TRAPS, clause_index, level0_cases,
                                       spec_clause_ids)
@@ -356,7 +356,7 @@ def _objective_variant(group, h, c0, variant):
     order = priority_order(16, 6)
     errors = []
     for delta in order:
-        byte = int(candidate_byte(np.array([c0], np.uint8), delta)[0])
+        byte = int(window_bytes(np.array(c0), [delta])[0])
         s = float(SCALE_BYTE_VALUES[byte])
         q = E2M1_VALUES[encode_e2m1(group[None, :], np.array([[s]]))[0]]
         d = group - q * s

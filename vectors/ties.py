@@ -25,8 +25,8 @@ import numpy as np
 
 from hscale.reference import LADDER, candidate_errors, priority_order
 from hscale.reference.e2m1 import E2M1_VALUES, encode_e2m1
-from hscale.reference.search import effective_scale
-from hscale.reference.window import candidate_byte
+from hscale.reference.dequantize import effective_scale
+from hscale.reference.window import window_bytes
 
 from . import hexio
 
@@ -46,8 +46,7 @@ def tie_pattern(group: np.ndarray, h: np.ndarray, c0: int, global_scale: float =
 
 def _error_table(c0: int, deltas: np.ndarray):
     grid = np.arange(1, 6 * GRID_STEPS + 1) / GRID_STEPS * float(LADDER[c0 - 1])
-    scales = np.array([effective_scale(candidate_byte(np.array([c0], np.uint8), int(d)), 1.0)[0]
-                       for d in deltas])
+    scales = effective_scale(window_bytes(np.array(c0), [int(d) for d in deltas]), 1.0)
     codes = encode_e2m1(np.broadcast_to(grid[:, None], (grid.size, scales.size)), scales[None, :])
     return grid, (grid[:, None] - E2M1_VALUES[codes] * scales[None, :]) ** 2
 
