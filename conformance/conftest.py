@@ -3,13 +3,25 @@
 Options (see docs/conformance.md):
 
 --backend NAME            built-in (numpy, torch, torch-cuda, cupy) or package.module:factory;
-                          repeatable; default: every built-in (unavailable ones skip)
---profile exact|faithful  exact: bit-identical to hscale.reference; faithful: certificate
---allow NAME              an allowance of the faithful profile (repeatable)
+                          repeatable; default: every built-in (unavailable ones skip). A backend
+                          named here must be able to run, or the session stops with its reason
+                          (unless --allow-unavailable)
+--allow-unavailable       let a named backend that cannot run here skip instead
+--profile exact|faithful|format
+                          exact: bit-identical to hscale.reference; faithful: certificate with
+                          allowances; format: the format clauses only (own scale rules)
+--allow NAME              an allowance of the faithful / format profile (repeatable)
+--clause ID               run only the tests and vector cases of this clause (repeatable)
+--strict-errors           require every backend's rejections to name the argument, the index
+                          and the clause (always required of this project's own backends)
 --conformance-report PATH JSON report (default reports/conformance-<backend>.json)
 --self-tests auto|on|off  the suite's own tests (mutants, third-party adapter); auto: run them
                           in sessions that include the numpy backend
 --hypothesis-profile      Hypothesis' own option: dev, ci (derandomized), thorough
+
+The machinery (case model, diagnoser, profiles) is the package ``hscale.conformance``; this
+plugin and the tests import it absolutely, never relatively, so that one copy of it is loaded
+whether pytest imports this directory as ``conformance`` or not.
 """
 
 from __future__ import annotations
@@ -25,8 +37,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from .clauses import ALLOWANCES, cited_clauses, read_spec_clauses
-from .compare import EXACT, FAITHFUL, Checker, Tally
+from hscale.conformance.checker import Checker, Tally
+from hscale.conformance.clauses import SUITE_PREFIX, cited_clauses, clause_ids, is_known
+from hscale.conformance.profiles import ALLOWANCES, EXACT, PROFILES, check_profile
 
 # ------------------------------------------------------------------------------------------
 # Hypothesis profiles
@@ -54,6 +67,7 @@ class BackendEntry:
     backend: object | None
     available: bool
     reason: str
+    explicit: bool = False  # named with --backend (it must run)
     tally: Tally = field(default_factory=Tally)
 
     @property
@@ -85,12 +99,23 @@ def pytest_addoption(parser):
     group.addoption("--backend", action="append", default=None, metavar="NAME",
                     help="backend under test: numpy, torch, torch-cuda, cupy or "
                          "package.module:factory (repeatable; default: every built-in)")
-    group.addoption("--profile", default=EXACT, choices=(EXACT, FAITHFUL),
+    group.addoption("--allow-unavailable", action="store_true",
+                    help="a backend named with --backend that cannot run here skips (default: "
+                         "the session stops with the reason)")
+    group.addoption("--profile", default=EXACT, choices=PROFILES,
                     help="exact: bit-identical to hscale.reference (default); faithful: "
-                         "certificate check with --allow allowances")
+                         "certificate check with --allow allowances; format: the format "
+                         "clauses only, for implementations with their own scale rule")
     group.addoption("--allow", action="append", default=[], metavar="NAME",
-                    help="allowance of the faithful profile (repeatable): "
+                    help="allowance of the faithful or format profile (repeatable): "
                          + ", ".join(ALLOWANCES))
+    group.addoption("--clause", action="append", default=[], metavar="ID",
+                    help="run only the tests and vector cases of this docs/spec.md clause "
+                         "(repeatable)")
+    group.addoption("--strict-errors", action="store_true",
+                    help="require every backend's rejections of bad input to name the "
+                         "argument, the first offending index and the clause (always "
+                         "required of this project's own backends)")
     group.addoption("--conformance-report", default=None, metavar="PATH",
                     help="JSON report path (default reports/conformance-<backend>.json; "
                          "'{backend}' in PATH is replaced by the backend id)")
@@ -127,7 +152,7 @@ def _load_backends(config) -> dict[str, BackendEntry]:
         ident = spec if spec in BUILTIN_NAMES else str(getattr(backend, "name", spec))
         if ident in entries or not re.fullmatch(r"[\w.+-]+", ident):
             ident = re.sub(r"[^\w.+-]", "_", spec)
-        entries[ident] = BackendEntry(spec, ident, backend, bool(ok), str(reason or ""))
+        entries[ident] = BackendEntry(spec, ident, backend, bool(ok), str(reason or ""), explicit)
     return entries
 
 
@@ -139,17 +164,26 @@ def pytest_configure(config):
         settings.load_profile("ci" if os.environ.get("CI") else "dev")
     profile = config.getoption("profile")
     allowances = tuple(dict.fromkeys(config.getoption("allow")))
-    unknown = [a for a in allowances if a not in ALLOWANCES]
-    if unknown:
-        raise pytest.UsageError(f"--allow {unknown[0]}: unknown allowance; known: "
-                                f"{', '.join(ALLOWANCES)}")
-    if allowances and profile != FAITHFUL:
-        raise pytest.UsageError("--allow is valid only with --profile faithful (the exact "
-                                "profile admits no divergence)")
+    try:
+        check_profile(profile, allowances)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--profile {profile} --allow {' '.join(allowances)}: {exc}") \
+            from None
+    for ident in config.getoption("clause"):
+        if not is_known(ident):
+            raise pytest.UsageError(f"--clause {ident}: docs/spec.md defines no such clause; "
+                                    f"known: {', '.join(clause_ids())}")
     backends = _load_backends(config)
     mode = config.getoption("self_tests")
     self_tests = mode == "on" or (mode == "auto" and "numpy" in backends
                                   and not os.environ.get("HSCALE_CONFORMANCE_CHILD"))
+    if explicit_unavailable := [e for e in backends.values()
+                                if e.explicit and not e.available]:
+        if not config.getoption("allow_unavailable"):
+            entry = explicit_unavailable[0]
+            raise pytest.UsageError(
+                f"--backend {entry.spec}: cannot run here: {entry.reason} (a backend named on "
+                "the command line must run; --allow-unavailable lets it skip instead)")
     config.stash[STATE_KEY] = SuiteState(
         backends=backends, profile=profile, allowances=allowances,
         report_option=config.getoption("conformance_report"), self_tests=self_tests,
@@ -204,8 +238,9 @@ def backend(backend_entry):
 @pytest.fixture
 def checker(request, backend, backend_entry, suite_state) -> Checker:
     marker_ids = [c for m in request.node.iter_markers("clause") for c in m.args]
+    strict = True if request.config.getoption("strict_errors") else None
     return Checker(backend, backend_entry.id, suite_state.profile, suite_state.allowances,
-                   backend_entry.tally, marker_ids)
+                   backend_entry.tally, marker_ids, strict_errors=strict)
 
 
 @pytest.fixture(scope="session")
@@ -234,6 +269,14 @@ def pytest_collection_modifyitems(session, config, items):
                 reason="suite self-test (mutants, adapters): runs in sessions that include the "
                        "numpy backend, or with --self-tests on"))
     config.stash[COLLECTED_KEY] = all_clauses
+    wanted = set(config.getoption("clause"))
+    if wanted:
+        selected = [item for item in items
+                    if wanted & {c for m in item.iter_markers("clause") for c in m.args}]
+        deselected = [item for item in items if item not in selected]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = selected
 
 
 COLLECTED_KEY = pytest.StashKey[dict]()
@@ -281,7 +324,7 @@ def _report_paths(config, st: SuiteState) -> dict[str, Path]:
 
 
 def build_report(st: SuiteState, entry: BackendEntry) -> dict:
-    spec_ids, source = read_spec_clauses()
+    spec_ids, source = clause_ids(), "docs/spec.md"
     clauses = {c: {"passed": 0, "failed": 0, "error": 0, "skipped": 0, "failing": []}
                for c in spec_ids}
     violations: dict[str, list[str]] = defaultdict(list)
@@ -405,5 +448,5 @@ def zoo() -> ModelZoo:
 @pytest.fixture(scope="session")
 def selftest_runs(tmp_path_factory):
     """Every subprocess run of the self-tests (mutants, adapters), started together."""
-    from .selftest import all_runs
+    from hscale.conformance.selftest import all_runs
     return all_runs(tmp_path_factory.mktemp("selftest"))

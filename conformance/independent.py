@@ -23,6 +23,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from .findings import Finding
+
 GROUP = 16
 MAGNITUDES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 MIDPOINTS = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
@@ -93,7 +95,8 @@ def pairwise(terms: np.ndarray) -> np.ndarray:
 def objective(w: np.ndarray, h: np.ndarray, codes: np.ndarray, scale) -> np.ndarray:
     """HSCALE-OBJ-1 in fp64, exactly as written (no FMA: numpy rounds every operation)."""
     d = w - code_values(codes) * scale
-    return pairwise(h * (d * d))
+    with np.errstate(over="ignore"):  # h near the fp64 maximum: +inf is a valid objective
+        return pairwise(h * (d * d))
 
 
 def e4m3_byte(amax: np.ndarray, divisor: float) -> np.ndarray:
@@ -155,15 +158,6 @@ def objective_tolerance(e_min: np.ndarray, s_all_zero: np.ndarray) -> np.ndarray
 # ------------------------------------------------------------------------------------------
 
 @dataclass
-class Finding:
-    clause: str
-    text: str
-    group: tuple[int, int] | None = None  # (r, i)
-    element: int | None = None  # j within the group
-    kind: str = ""  # a short key that groups findings of one sort
-
-
-@dataclass
 class Certificate:
     findings: list[Finding] = field(default_factory=list)
     uses: Counter = field(default_factory=Counter)  # allowance -> groups or elements that needed it
@@ -186,14 +180,18 @@ def _e(v: float) -> str:
 
 def certify(weight: np.ndarray, hessian_diag, *, method: str, init: str, K: int, U: int,
             scale_ceiling: float, global_scale, codes: np.ndarray, scale_bytes: np.ndarray,
-            delta: np.ndarray, observed_global_scale: float, packed: np.ndarray | None = None,
-            allowances=frozenset(), strict: bool = True, limit: int = 20) -> Certificate:
+            delta: np.ndarray | None, observed_global_scale: float,
+            packed: np.ndarray | None = None, allowances=frozenset(), strict: bool = True,
+            limit: int = 20, judge_choice: bool = True) -> Certificate:
     """Certify a result (arrays already shape-checked) for the inputs.
 
     ``weight`` exact float64 (m, n); ``hessian_diag`` (n,) or None; ``global_scale`` the caller's
     s_g or None. ``strict``: the exact certificate (no tolerance, tie rule, no allowances);
-    otherwise the faithful one with ``allowances``. At most ``limit`` findings of each clause are
-    kept (the count of the rest is added to the last one's text by the caller)."""
+    otherwise the faithful one with ``allowances``. ``judge_choice`` False (the format profile):
+    the initial byte, the window and the choice are not judged, only s_g, zero groups, the
+    ladder, the codes at the bytes chosen and the packing. ``delta`` None: the implementation
+    does not report its initial bytes; the spec's are assumed. At most ``limit`` findings of
+    each clause are kept (the rest are counted in ``extra``)."""
     allow = frozenset() if strict else frozenset(allowances)
     cert = Certificate()
     counts: Counter = Counter()
@@ -249,7 +247,7 @@ def certify(weight: np.ndarray, hessian_diag, *, method: str, init: str, K: int,
     cert.groups = G
     codes_all = np.asarray(codes).reshape(-1, GROUP).astype(np.uint8)
     bytes_all = np.asarray(scale_bytes).reshape(-1).astype(np.int64)
-    delta_all = np.asarray(delta).reshape(-1).astype(np.int64)
+    delta_all = None if delta is None else np.asarray(delta).reshape(-1).astype(np.int64)
     if method == "hscale":
         h_groups = np.asarray(hessian_diag, dtype=np.float64).reshape(gcols, GROUP)
     prio = priority_deltas(K, U)
@@ -263,7 +261,7 @@ def certify(weight: np.ndarray, hessian_diag, *, method: str, init: str, K: int,
         gmax = aw.max(axis=1)
         obs_codes = codes_all[start:stop]
         obs_byte = bytes_all[start:stop]
-        obs_delta = delta_all[start:stop]
+        obs_delta = None if delta_all is None else delta_all[start:stop]
         if method == "hscale":
             h = h_groups[idx % gcols]
         else:
@@ -281,9 +279,10 @@ def certify(weight: np.ndarray, hessian_diag, *, method: str, init: str, K: int,
             add(Finding("NVFP4-ZERO-1", f"zero group: scale byte expected 0x00 observed "
                         f"{_h(obs_byte[k])}", where(k), kind="byte"))
         delta_checked = zero if "zero-group-byte" not in allow else zero & (obs_byte == 0)
-        for k in first(delta_checked & (obs_delta != 0), "NVFP4-ZERO-1"):
-            add(Finding("NVFP4-ZERO-1", f"zero group: delta expected +0 observed "
-                        f"{obs_delta[k]:+d}", where(k), kind="delta"))
+        if obs_delta is not None:
+            for k in first(delta_checked & (obs_delta != 0), "NVFP4-ZERO-1"):
+                add(Finding("NVFP4-ZERO-1", f"zero group: delta expected +0 observed "
+                            f"{obs_delta[k]:+d}", where(k), kind="delta"))
 
         # ---- non-zero groups: the scale byte must be a ladder byte ---------------------------
         nz = ~zero
@@ -304,12 +303,16 @@ def certify(weight: np.ndarray, hessian_diag, *, method: str, init: str, K: int,
             e4 = objective(w, 1.0, element_codes(w, sg * SCALE_VALUES[c4][:, None]),
                            sg * SCALE_VALUES[c4][:, None])
             c0 = np.where(e4 < e6, c4, c6)
+        if obs_delta is None:  # no initial bytes reported: judged against the spec's
+            obs_delta = obs_byte - c0
         implied = obs_byte - obs_delta
         init_ok = implied == c0
         init_clause = "NVFP4-INIT-1" if init == "maxabs" else "NVFP4-INIT-2"
         if not strict:
             accept = _acceptable_initial(w, gmax, sg, init, implied, c0, init_band, allow, cert)
             init_ok = init_ok | accept
+        if not judge_choice:
+            init_ok = np.ones_like(init_ok)  # the format profile: the rule is the library's
         for k in first(good & ~init_ok, init_clause):
             how = ("" if method == "rtn" else
                    f" (implied by scale byte {_h(obs_byte[k])} - delta {obs_delta[k]:+d})")
@@ -322,7 +325,9 @@ def certify(weight: np.ndarray, hessian_diag, *, method: str, init: str, K: int,
         base = np.where((implied >= FIRST) & (implied <= LAST), implied, c0)
 
         # ---- the choice -------------------------------------------------------------------
-        if method == "rtn":
+        if not judge_choice:
+            pass  # the format profile: the library's own rule chose the byte
+        elif method == "rtn":
             for k in first(good & (obs_delta != 0), 'HSCALE-METHOD-1'):
                 add(Finding("HSCALE-METHOD-1", f"rtn keeps the initial byte: delta expected +0 "
                             f"observed {obs_delta[k]:+d}", where(k), kind="rtn"))

@@ -11,7 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .clauses import REPO_ROOT
+
+#: The repository checkout the suite runs from (the self-tests run only there).
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 #: The quick subset the self-tests run: everything but the full models, the bundled real
 #: layer and the self-tests themselves; Hypothesis' "mutant" profile (25 examples, no shrink).
@@ -74,7 +76,7 @@ def summary(report: dict) -> str:
 # Every run of the self-tests, started together (longest first) by one session fixture
 # ------------------------------------------------------------------------------------------
 
-M = "conformance.mutants:"
+M = "hscale.conformance.mutants:"
 MARK = "<!-- adapter-example -->"
 
 # mutant -> the clause its failures must cite under the exact profile

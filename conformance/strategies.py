@@ -32,7 +32,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from .builders import BF16, F16, F32, L
-from .compare import Case
+from .cases import Case
 from .independent import GROUP, MAGNITUDES, MIDPOINTS
 
 DTYPE_CHOICES = [F32, F32, F32, F16, BF16]
@@ -193,4 +193,4 @@ def cases(draw, methods, inits, max_rows: int = 4, max_groups: int = 4, method: 
     K, U = window or draw(windows())
     h = draw(hessians(gcols * GROUP, rng, h_kind))
     return Case(weight, h, method=method, init=init, K=K, U=U, scale_ceiling=C,
-                global_scale=given, label=f"hypothesis ({mode} s_g)")
+                global_scale=given, title=f"hypothesis ({mode} s_g)")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .builders import DTYPES, F16, F32, L, exact, group_at, step, tie_code
-from .compare import Case
-from .independent import GROUP, MAGNITUDES, MIDPOINTS, SCALE_VALUES
+from hscale.conformance.builders import DTYPES, F16, F32, L, exact, group_at, step, tie_code
+from hscale.conformance.cases import Case
+from hscale.conformance.independent import GROUP, MAGNITUDES, MIDPOINTS, SCALE_VALUES
 
 # (byte, s_g): normal and subnormal bytes, the ladder's top, power-of-two and 3-bit s_g.
 SCALES = [(0x38, 1.0), (0x3D, 2.0 ** -6), (0x01, 1.0), (0x05, 0.75), (0x7E, 2.0 ** -10),
@@ -29,7 +29,7 @@ def test_every_code_of_the_table(checker, byte, sg, method):
     w = np.array(list(MAGNITUDES) + [-m for m in MAGNITUDES]) * s
     weight = exact(w[None, :])
     h = np.ones(GROUP)
-    case = Case(weight, h, method=method, global_scale=sg, label="E2M1 code table")
+    case = Case(weight, h, method=method, global_scale=sg, title="E2M1 code table")
     result = checker.check(case)
     checker.expect("NVFP4-E2M1-1", "codes of the magnitudes 0, 0.5, ..., 6, -0, -0.5, ..., -6",
                    np.arange(16, dtype=np.uint8)[None, :], result.codes, case, "elements")
@@ -56,7 +56,7 @@ def test_ties_go_to_even_and_neighbours_round_to_nearest(checker, byte, sg, dtyp
         t = tie_code(mid)
         expected.append([7, t, k, k + 1, 8 | t, 8 | k, 8 | (k + 1)] + [0] * (GROUP - 7))
     weight = _layer(rows, dtype)
-    case = Case(weight, method="rtn", global_scale=sg, label="E2M1 ties")
+    case = Case(weight, method="rtn", global_scale=sg, title="E2M1 ties")
     result = checker.check(case)
     checker.expect("NVFP4-E2M1-2", "codes at E2M1 midpoints (tie, -1 ulp, +1 ulp)",
                    np.array(expected, np.uint8), result.codes, case, "elements")
@@ -71,7 +71,7 @@ def test_elements_saturate_at_six(checker, method):
     s = 448 * sg
     vals = np.array([5, 5.5, 6, 6.5, 7, 100, 1e4, 5e4, 4.75, 0.1, -5, -1e4, -6, 3.5, 2.5, 1.0]) * s
     weight = exact(vals[None, :].astype(np.float32).astype(np.float64))
-    case = Case(weight, np.ones(GROUP), method=method, global_scale=sg, label="saturation")
+    case = Case(weight, np.ones(GROUP), method=method, global_scale=sg, title="saturation")
     result = checker.check(case)
     if method == "rtn":
         checker.expect("NVFP4-E4M3-2", "saturated scale byte", np.array([[0x7E]], np.uint8),
@@ -90,7 +90,7 @@ def test_sign_bit_comes_from_w(checker, dtype, method):
     vals = [6.0, -0.0, 0.0, -0.1, 0.1, -0.25, 0.25, -0.2, -1.0, 1.0, -6.0, -0.0, -0.0, 0.0, -0.1, 0.2]
     weight = exact(np.array(vals)[None, :].astype(dtype).astype(np.float64), dtype)
     case = Case(weight, np.ones(GROUP), method=method, global_scale=s / L(0x38),
-                label="signs of zero-magnitude codes")
+                title="signs of zero-magnitude codes")
     result = checker.check(case)
     if method == "rtn":
         checker.expect("NVFP4-E2M1-3", "codes (sign bit of w, magnitude 0 for |w| <= 0.25 s)",
@@ -105,7 +105,7 @@ def test_every_ladder_byte_is_reachable_and_decodes(checker, sg):
     and the dequantized maximum is 6 * e4m3(c) * s_g (the byte decodes as E4M3)."""
     rows = [group_at(c, sg, [1.0, -0.5, 3.0]) for c in range(1, 127)]
     weight = _layer(rows)
-    case = Case(weight, method="rtn", global_scale=sg, label="every ladder byte")
+    case = Case(weight, method="rtn", global_scale=sg, title="every ladder byte")
     result = checker.check(case)
     checker.expect("NVFP4-E4M3-3", "scale bytes 0x01..0x7E", np.arange(1, 127, dtype=np.uint8)[:, None],
                    result.scale_bytes, case)
@@ -132,7 +132,7 @@ def test_group_maxima_on_e4m3_midpoints(checker, dtype):
             rows.append([float(amax)] + [0.0] * (GROUP - 1))
             expected.append(want)
     weight = _layer(rows, dtype)
-    case = Case(weight, method="rtn", global_scale=sg, label="E4M3 midpoints")
+    case = Case(weight, method="rtn", global_scale=sg, title="E4M3 midpoints")
     result = checker.check(case)
     checker.expect("NVFP4-E4M3-2", "initial bytes at E4M3 midpoints (tie, -1 ulp, +1 ulp)",
                    np.array(expected, np.uint8)[:, None], result.scale_bytes, case)
@@ -145,7 +145,7 @@ def test_group_maxima_near_e4m3_midpoints_with_a_full_precision_global_scale(che
     amax nearest to it gives an exact quotient within about 2^-24 of the midpoint. The spec
     rounds that exact quotient; a quotient divided in fp32 can land on the midpoint and round to
     even instead (the fp32-scale-rounding divergence)."""
-    from .independent import range_byte
+    from hscale.conformance.independent import range_byte
     rng = np.random.default_rng(seed)
     sg = float(np.float32((1 + rng.integers(1, 2 ** 23) / 2 ** 23) * 2.0 ** -8))
     rows = []
@@ -154,7 +154,7 @@ def test_group_maxima_near_e4m3_midpoints_with_a_full_precision_global_scale(che
         for amax in (near, step(np.array(near), -1), step(np.array(near), 1)):
             rows.append([float(amax)] + [0.0] * (GROUP - 1))
     weight = np.array(rows, dtype=np.float32)
-    case = Case(weight, method="rtn", global_scale=sg, label="E4M3 near-midpoints, full s_g")
+    case = Case(weight, method="rtn", global_scale=sg, title="E4M3 near-midpoints, full s_g")
     result = checker.check(case)
     want = range_byte(weight[:, 0].astype(np.float64), sg, 6.0).astype(np.uint8)[:, None]
     checker.expect("NVFP4-INIT-1", "initial bytes of the exact quotients", want,
@@ -167,7 +167,7 @@ def test_quotients_above_448_saturate_and_tiny_ones_get_0x01(checker):
     quotients = [448, 449, 463.9, 464, 464.1, 480, 1e3, 1e6, 2.0 ** -10, 2.0 ** -11, 1e-6]
     rows = [[6 * q * sg] + [0.0] * (GROUP - 1) for q in quotients]
     weight = np.array(rows, dtype=np.float32)
-    case = Case(weight, method="rtn", global_scale=sg, label="E4M3 satfinite and 0x01 floor")
+    case = Case(weight, method="rtn", global_scale=sg, title="E4M3 satfinite and 0x01 floor")
     result = checker.check(case)
     checker.expect("NVFP4-E4M3-2", "initial bytes (saturation to 0x7E; 0x01 floor of NVFP4-INIT-1)",
                    np.array([[0x7E]] * 8 + [[0x01]] * 3, np.uint8), result.scale_bytes, case)
@@ -185,7 +185,7 @@ def test_searched_bytes_stay_on_the_ladder(checker, method):
         rows.append(g * np.where(rng.random(GROUP) < 0.5, -1, 1))
     weight = np.array(rows, dtype=np.float32)
     h = rng.choice([0.0, 1.0, 1e-3, 1e3], GROUP)
-    case = Case(weight, h, method=method, global_scale=sg, label="ladder bytes only")
+    case = Case(weight, h, method=method, global_scale=sg, title="ladder bytes only")
     result = checker.check(case)
     bytes_ = np.asarray(result.scale_bytes)
     if not ((bytes_ >= 1) & (bytes_ <= 0x7E)).all():
@@ -207,7 +207,7 @@ def _random_layer(rng, rows, cols, dtype=F32):
 def test_packed_nibbles(checker, shape):
     rng = np.random.default_rng(11)
     weight = _random_layer(rng, *shape)
-    case = Case(weight, rng.random(shape[1]), label="packing")
+    case = Case(weight, rng.random(shape[1]), title="packing")
     result = checker.check(case)
     codes = np.asarray(result.codes)
     want = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
@@ -231,7 +231,7 @@ def test_scale_bytes_are_row_major(checker, rows, groups):
         for i in range(groups):
             w[r, GROUP * i: GROUP * (i + 1)] = group_at(int(want[r, i]), sg, [1.0, 0.5])
     weight = exact(w)
-    case = Case(weight, method="rtn", global_scale=sg, label="row-major scale bytes")
+    case = Case(weight, method="rtn", global_scale=sg, title="row-major scale bytes")
     result = checker.check(case)
     checker.expect("NVFP4-PACK-2", "scale byte [r, i] of group (r, i)", want, result.scale_bytes,
                    case)
@@ -250,7 +250,7 @@ def swizzle_offsets(rows: int, scale_cols: int) -> tuple[np.ndarray, int]:
 def test_swizzled_scale_layout(checker, shape):
     rng = np.random.default_rng(3)
     weight = _random_layer(rng, *shape)
-    case = Case(weight, method="rtn", label="swizzled layout")
+    case = Case(weight, method="rtn", title="swizzled layout")
     result = checker.check(case)
     if not hasattr(result, "swizzled_scale_bytes"):
         checker.fail("NVFP4-PACK-3", "the result has no swizzled_scale_bytes()", case)
@@ -269,7 +269,7 @@ def test_swizzled_scale_layout(checker, shape):
 def test_dequantize(checker, dtype, method):
     rng = np.random.default_rng(5)
     weight = _random_layer(rng, 9, 64, dtype)
-    case = Case(weight, rng.random(64) * 10, method=method, label="dequantize")
+    case = Case(weight, rng.random(64) * 10, method=method, title="dequantize")
     result = checker.check(case)
     codes = np.asarray(result.codes)
     values = MAGNITUDES[codes & 7] * np.where(codes & 8, -1.0, 1.0)

@@ -8,7 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .compare import EXACT, Case, is_reference_backend
+from hscale.conformance.cases import Case
+from hscale.conformance.checker import is_reference_backend
+from hscale.conformance.profiles import EXACT
 
 CONFIGS = {
     "rtn": dict(method="rtn"),
@@ -27,20 +29,18 @@ def _run_layers(checker, zoo, model_key, config, layers, configs=CONFIGS):
     failures = []
     own_certificate = is_reference_backend(checker.backend) and checker.profile == EXACT
     for name, weight, h in layers:
-        case = Case(weight, h, label=f"{model_key} layer {name} ({config})", **opts)
         key = (model_key, config, name)
+        case = Case(weight, h, title=f"{model_key} layer {name} ({config})",
+                    expected=zoo.references.get(key), **opts)
         try:
-            if checker.profile == EXACT and not own_certificate:
-                if key not in zoo.references:
-                    from .compare import reference_quantize
-                    zoo.references[key] = reference_quantize(case)
-                checker.check(case, reference=zoo.references[key], independent_check=False)
-            else:
-                # exact on the reference backend: the independent certificate (inside check);
-                # faithful: the faithful certificate.
-                result = checker.check(case)
-                if own_certificate:
-                    zoo.references[key] = result  # it is the reference: reuse it for others
+            # exact on the reference backend: the independent certificate (check forces it);
+            # exact elsewhere: against the reference result, computed once per session;
+            # faithful: the faithful certificate.
+            result = checker.check(case, independent_check=False)
+            if own_certificate:
+                zoo.references[key] = result  # it is the reference: reuse it for others
+            elif checker.profile == EXACT:
+                zoo.references[key] = case.expected_outputs()
         except pytest.fail.Exception as exc:
             failures.append(str(exc))
     if own_certificate:
@@ -62,15 +62,13 @@ def _run_layers(checker, zoo, model_key, config, layers, configs=CONFIGS):
 
 def _certify_references(zoo, model_key, opts, config, layers):
     """Independent exact certificate of the cached reference results, once per session."""
-    from .compare import Checker, normalize
+    from hscale.conformance.diagnose import certify
     failures = []
     for name, weight, h in layers:
-        case = Case(weight, h, label=f"{model_key} layer {name} ({config}), reference", **opts)
-        obs, findings = normalize(zoo.references[(model_key, config, name)], case)
-        cert = Checker(None, "reference").certify(case, obs, strict=True) if obs else None
-        if findings or (cert and cert.findings):
-            failures.append(f"{case.describe()}: " + "; ".join(
-                f"[{f.clause}] {f.text}" for f in (findings or cert.findings)[:3]))
+        case = Case(weight, h, title=f"{model_key} layer {name} ({config}), reference", **opts)
+        findings = certify(case, zoo.references[(model_key, config, name)], strict=True).findings
+        if findings:
+            failures.append(f"{case.describe()}: " + "; ".join(f.render() for f in findings[:3]))
     return failures
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .builders import L, exact, group_at
-from .compare import EXACT, Case
-from .independent import GROUP, MAGNITUDES
+from hscale.conformance.builders import L, exact, group_at
+from hscale.conformance.cases import Case
+from hscale.conformance.profiles import EXACT
+from hscale.conformance.independent import GROUP, MAGNITUDES
 
 # -- HSCALE-WIN-1 ----------------------------------------------------------------------------
 
@@ -30,9 +31,9 @@ def test_window_bounds(checker, K, U, method):
         rows.append(g)
     weight = np.array(rows, dtype=np.float32)
     h = rng.choice([0.0, 0.1, 1.0, 50.0], GROUP)
-    case = Case(weight, h, method=method, K=K, U=U, global_scale=sg, label="window bounds")
+    case = Case(weight, h, method=method, K=K, U=U, global_scale=sg, title="window bounds")
     result = checker.check(case)
-    delta = np.asarray(result.delta).astype(int)
+    delta = checker.reported_delta(result).astype(int)
     D = K - 1 - U
     if ((delta < -D) | (delta > U)).any():
         r, i = np.argwhere((delta < -D) | (delta > U))[0]
@@ -53,7 +54,7 @@ def test_window_clips_at_byte_0x01(checker):
     weight = exact(np.stack([g, -g]))
     h = np.zeros(GROUP)
     h[1:3] = 1.0
-    case = Case(weight, h, global_scale=sg, label="window clipped at 0x01")
+    case = Case(weight, h, global_scale=sg, title="window clipped at 0x01")
     result = checker.check(case)
     b = np.asarray(result.scale_bytes)
     if checker.profile == EXACT and (b > 0x08).any():  # faithful: the certificate decides
@@ -72,7 +73,7 @@ def test_window_clips_at_byte_0x7E(checker):
     weight = exact(np.stack([g, g / 2]))
     h = np.zeros(GROUP)
     h[1:4] = 1.0
-    case = Case(weight, h, label="window clipped at 0x7E")
+    case = Case(weight, h, title="window clipped at 0x7E")
     result = checker.check(case)
     b = np.asarray(result.scale_bytes)
     if checker.profile == EXACT and b[0, 0] < 0x75:  # faithful: the certificate decides
@@ -118,7 +119,7 @@ def test_objective_summation_order(checker, k):
     """Two candidates whose objectives are equal in exact arithmetic: only the pairwise tree of
     HSCALE-OBJ-1, rounding after every add, decides between them as the spec does."""
     w, h = ORDER_SENSITIVE[k]
-    case = Case(exact([w]), np.array(h), global_scale=1.0, label="summation order")
+    case = Case(exact([w]), np.array(h), global_scale=1.0, title="summation order")
     checker.check(case)
 
 
@@ -129,7 +130,7 @@ def test_objective_in_fp64_for_tiny_and_huge_weights(checker, magnitude):
     objective must be evaluated in fp64 to choose as the spec does."""
     rng = np.random.default_rng(41)
     weight = (rng.standard_normal((32, 32)) * magnitude).astype(np.float32)
-    case = Case(weight, rng.random(32) + 0.5, label=f"objective at |w| ~ {magnitude:g}")
+    case = Case(weight, rng.random(32) + 0.5, title=f"objective at |w| ~ {magnitude:g}")
     checker.check(case)
 
 
@@ -141,7 +142,7 @@ def test_objective_with_extreme_h(checker, hval):
     rng = np.random.default_rng(43)
     weight = rng.standard_normal((8, 32)).astype(np.float32)
     h = np.where(rng.random(32) < 0.5, hval, 1.0)
-    case = Case(weight, h, label=f"extreme h {hval:g}")
+    case = Case(weight, h, title=f"extreme h {hval:g}")
     checker.check(case)
 
 
@@ -163,7 +164,7 @@ TIES = [
 @pytest.mark.parametrize("k", range(len(TIES)))
 def test_exact_ties_follow_the_priority_order(checker, k):
     w, h = TIES[k]
-    case = Case(exact([w]), np.array(h), global_scale=1.0, label="exact tie")
+    case = Case(exact([w]), np.array(h), global_scale=1.0, title="exact tie")
     checker.check(case)
 
 
@@ -173,10 +174,10 @@ def test_all_candidates_tie_keeps_the_baseline(checker, K, U):
     """h = 0: every candidate has E = 0, so the baseline (delta 0) wins."""
     rng = np.random.default_rng(47)
     weight = rng.standard_normal((6, 64)).astype(np.float32)
-    case = Case(weight, np.zeros(64), K=K, U=U, label="h = 0")
+    case = Case(weight, np.zeros(64), K=K, U=U, title="h = 0")
     result = checker.check(case)
     checker.expect("HSCALE-ARGMIN-1", "delta (all candidates tie: keep the baseline)",
-                   np.zeros((6, 4), np.int8), result.delta, case)
+                   np.zeros((6, 4), np.int8), checker.reported_delta(result), case)
 
 
 @pytest.mark.clause("HSCALE-ARGMIN-1")
@@ -186,9 +187,9 @@ def test_exact_grid_groups_keep_the_baseline(checker):
     sg = 2.0 ** -3
     rows = [group_at(c, sg, [0.0, 3.0, -2.0, 1.0, 4.0]) for c in (0x20, 0x38, 0x50)]
     weight = exact(rows)
-    case = Case(weight, np.ones(GROUP), K=16, U=15, global_scale=sg, label="grid groups")
+    case = Case(weight, np.ones(GROUP), K=16, U=15, global_scale=sg, title="grid groups")
     result = checker.check(case)
-    checker.expect("HSCALE-ARGMIN-1", "delta", np.zeros((3, 1), np.int8), result.delta, case)
+    checker.expect("HSCALE-ARGMIN-1", "delta", np.zeros((3, 1), np.int8), checker.reported_delta(result), case)
 
 
 @pytest.mark.clause("HSCALE-ARGMIN-1")
@@ -198,12 +199,12 @@ def test_reported_delta_is_chosen_minus_initial(checker, init):
     weight = (rng.standard_normal((16, 64)) * np.exp(rng.uniform(-3, 3, (16, 1)))).astype(np.float32)
     h = rng.random(64) * 10
     checker.require("rtn")
-    base = checker.check(Case(weight, method="rtn", init=init, label="rtn (initial bytes)"))
-    case = Case(weight, h, init=init, label="reported delta")
+    base = checker.check(Case(weight, method="rtn", init=init, title="rtn (initial bytes)"))
+    case = Case(weight, h, init=init, title="reported delta")
     result = checker.check(case)
     want = (np.asarray(result.scale_bytes).astype(int) - np.asarray(base.scale_bytes).astype(int))
     checker.expect("HSCALE-ARGMIN-1", "delta = chosen byte - initial byte (the rtn byte)",
-                   want.astype(np.int8), result.delta, case)
+                   want.astype(np.int8), checker.reported_delta(result), case)
 
 
 # -- HSCALE-METHOD-1 -------------------------------------------------------------------------
@@ -225,8 +226,8 @@ def _same(checker, clause, what, a, b, case):
 @pytest.mark.parametrize("init", ["maxabs", "4over6"])
 def test_rtn_reads_neither_window_nor_h(checker, init):
     weight, h = _layer(59)
-    a = checker.check(Case(weight, method="rtn", init=init, label="rtn"))
-    case = Case(weight, method="rtn", init=init, K=3, U=2, label="rtn with another window")
+    a = checker.check(Case(weight, method="rtn", init=init, title="rtn"))
+    case = Case(weight, method="rtn", init=init, K=3, U=2, title="rtn with another window")
     b = checker.check(case)
     _same(checker, "HSCALE-METHOD-1", "rtn must not depend on K and U", a, b, case)
 
@@ -236,9 +237,9 @@ def test_rtn_reads_neither_window_nor_h(checker, init):
 @pytest.mark.parametrize("K,U", [(16, 6), (9, 4)])
 def test_hscale_with_unit_h_is_scale_only(checker, init, K, U):
     weight, _ = _layer(61)
-    a = checker.check(Case(weight, method="scale-only", init=init, K=K, U=U, label="scale-only"))
+    a = checker.check(Case(weight, method="scale-only", init=init, K=K, U=U, title="scale-only"))
     case = Case(weight, np.ones(weight.shape[1]), method="hscale", init=init, K=K, U=U,
-                label="hscale, h = 1")
+                title="hscale, h = 1")
     b = checker.check(case)
     _same(checker, "HSCALE-METHOD-1", "hscale with h = 1 must equal scale-only", a, b, case)
 
@@ -248,7 +249,7 @@ def test_hscale_with_unit_h_is_scale_only(checker, init, K, U):
 @pytest.mark.parametrize("init", ["maxabs", "4over6"])
 def test_methods_and_inits(checker, method, init):
     weight, h = _layer(67, 20, 128)
-    checker.check(Case(weight, h, method=method, init=init, label="method x init"))
+    checker.check(Case(weight, h, method=method, init=init, title="method x init"))
 
 
 @pytest.mark.clause("HSCALE-METHOD-1")
@@ -260,7 +261,7 @@ def test_hscale_differs_from_scale_only_where_h_matters(checker):
     picks = {}
     for method in checker.methods():
         case = Case(weight, np.array(h, float), method=method, global_scale=2.0 ** -6,
-                    label="spec worked example")
+                    title="spec worked example")
         picks[method] = (case, checker.check(case))
     want = {"rtn": (0x69, 0), "scale-only": (0x68, -1), "hscale": (0x67, -2)}
     for method, (case, result) in picks.items():
@@ -268,7 +269,7 @@ def test_hscale_differs_from_scale_only_where_h_matters(checker):
         checker.expect("HSCALE-METHOD-1", f"{method}: scale byte", np.array([[b]], np.uint8),
                        result.scale_bytes, case)
         checker.expect("HSCALE-METHOD-1", f"{method}: delta", np.array([[d]], np.int8),
-                       result.delta, case)
+                       checker.reported_delta(result), case)
     if "hscale" in picks:
         checker.expect("HSCALE-METHOD-1", "hscale: packed",
                        np.array([[0xB2, 0x04, 0x7D, 0x80, 0x62, 0x1D, 0xF6, 0x14]], np.uint8),
@@ -285,7 +286,7 @@ def test_gptq_with_diagonal_hessian_is_plain_quantize(checker, method):
     from hscale.reference import gptq_quantize
     weight, h = _layer(71, 8, 64)
     H = np.diag(h)
-    case = Case(weight, h, method=method, label="GPTQ with diagonal H")
+    case = Case(weight, h, method=method, title="GPTQ with diagonal H")
     result = checker.check(case)
     if checker.profile == EXACT:
         pipeline = gptq_quantize(weight, H, method=method)

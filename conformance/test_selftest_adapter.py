@@ -11,8 +11,7 @@ import sys
 
 import pytest
 
-from .clauses import REPO_ROOT
-from .selftest import summary
+from hscale.conformance.selftest import REPO_ROOT, summary
 
 
 @pytest.fixture(scope="session")

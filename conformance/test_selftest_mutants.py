@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from .selftest import ALLOWED, EXACT_EXPECT, summary
+from hscale.conformance.selftest import ALLOWED, EXACT_EXPECT, summary
 
 
 def _ident(mutant: str) -> str:

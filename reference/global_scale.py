@@ -57,3 +57,25 @@ def compute_global_scale(amax: float, scale_ceiling: float = DEFAULT_SCALE_CEILI
                          "overflows fp32 on dequantization; use a larger scale_ceiling "
                          "(spec NVFP4-GS-2)")
     return np.float32(global_scale)
+
+
+def multiplier_from_reciprocal(reciprocal) -> np.float32:
+    """The dequantization multiplier s_g implied by a global scale stored as its reciprocal
+    ``r = 6C/amax`` (compressed-tensors): ``s_g = fp32_rne(1 / r)`` of the exact real reciprocal
+    (NVFP4-GS-4). ``r`` must be a positive normal fp32 whose reciprocal is a normal fp32."""
+    value = float(np.float32(reciprocal))
+    if float(reciprocal) != value or not (np.isfinite(value) and value > 0):
+        raise ValueError(f"global scale stored as a reciprocal: {reciprocal!r} is not a positive "
+                         "finite fp32 value (spec NVFP4-GS-4)")
+    return np.float32(fraction_to_fp32(1 / Fraction(value)))  # NVFP4-GS-4
+
+
+def reciprocal_from_multiplier(global_scale) -> np.float32:
+    """The reciprocal a writer stores for s_g: ``r = fp32_rne(1 / s_g)`` (NVFP4-GS-4). A reader
+    recovers ``multiplier_from_reciprocal(r)``, which is s_g for about 83% of fp32 values and one
+    ulp off for the rest (docs/spec.md, NVFP4-GS-4)."""
+    value = float(np.float32(global_scale))
+    if float(global_scale) != value or not (np.isfinite(value) and value > 0):
+        raise ValueError(f"global_scale = {global_scale!r}: not a positive finite fp32 value "
+                         "(spec NVFP4-GS-4)")
+    return np.float32(fraction_to_fp32(1 / Fraction(value)))  # NVFP4-GS-4

@@ -31,5 +31,6 @@ def weighted_error(weight: np.ndarray, hessian_diag: np.ndarray, codes: np.ndarr
     reconstruction = code_value * scale[..., None]  # HSCALE-OBJ-1: exact (2 x 28 bits)
     difference = weight - reconstruction  # HSCALE-OBJ-1: one rounding
     squared = difference * difference  # HSCALE-OBJ-1: one rounding
-    term = hessian_diag * squared  # HSCALE-OBJ-1: one rounding, no fused multiply-add
-    return pairwise_sum(term)  # HSCALE-OBJ-1
+    with np.errstate(over="ignore"):  # HSCALE-OBJ-1: overflow to +inf is part of the arithmetic
+        term = hessian_diag * squared  # HSCALE-OBJ-1: one rounding, no fused multiply-add
+        return pairwise_sum(term)  # HSCALE-OBJ-1

@@ -265,9 +265,9 @@ class Quantizer:
         return weighted_error(groups, h, codes, scale)
 
     def encode_at(self, groups, scale_bytes, s_g) -> np.ndarray:
-        """Codes (..., 16) of the groups at their chosen bytes; zero groups (byte 0x00) keep
-        only their signs (NVFP4-ZERO-1)."""
-        zero = scale_bytes == self.zero_group_byte
+        """Codes (..., 16) of the groups at their chosen bytes; zero groups (byte 0x00, which
+        no other group has, NVFP4-E4M3-3) keep only their signs (NVFP4-ZERO-1)."""
+        zero = scale_bytes == ZERO_GROUP_BYTE
         if not zero.any():
             return self.encode(groups, effective_scale(scale_bytes, s_g)[..., None])
         codes = np.empty(np.shape(groups), dtype=np.uint8)

@@ -13,34 +13,18 @@ search; ``tests/test_vectors.py`` re-checks each such property against the refer
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import ml_dtypes
 import numpy as np
 
+from hscale.conformance.cases import Case, CaseError
 from hscale.reference import SCALE_BYTE_VALUES
 
 from . import hexio
 from .minilm import load_minilm_slices
-from .model import Case, CatalogueError
 from .rand import CaseRandom
 from .ties import load_tie_table
 
 DEFAULT_SEED = 20240601
-
-# The clause IDs of docs/spec.md (used when that file is not there to read them from).
-CLAUSE_IDS = (
-    "NVFP4-E2M1-1", "NVFP4-E2M1-2", "NVFP4-E2M1-3",
-    "NVFP4-E4M3-1", "NVFP4-E4M3-2", "NVFP4-E4M3-3",
-    "NVFP4-GS-1", "NVFP4-GS-2", "NVFP4-GS-3",
-    "NVFP4-INIT-1", "NVFP4-INIT-2", "NVFP4-ZERO-1",
-    "HSCALE-WIN-1", "HSCALE-OBJ-1", "HSCALE-ARGMIN-1", "HSCALE-METHOD-1",
-    "NVFP4-PACK-1", "NVFP4-PACK-2", "NVFP4-PACK-3", "NVFP4-DEQ-1",
-    "NVFP4-IN-1", "NVFP4-IN-2", "NVFP4-IN-3", "NVFP4-IN-4", "NVFP4-IN-5",
-    "HSCALE-CAL-1", "HSCALE-GPTQ-1",
-)
-CLAUSE_PATTERN = re.compile(r"\b(?:NVFP4|HSCALE)-[A-Z0-9]+-\d+\b")
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16 = np.dtype(np.float16)
@@ -49,21 +33,6 @@ ONE = np.float32(1.0)
 
 E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
-
-
-def spec_clause_ids(spec_path: Path | None = None) -> tuple[str, ...]:
-    """The clause IDs defined in docs/spec.md, or the built-in list when it does not exist."""
-    if spec_path is None:
-        spec_path = Path(__file__).resolve().parent.parent / "docs" / "spec.md"
-    if spec_path.is_file():
-        text = spec_path.read_text(encoding="utf-8")
-        found = CLAUSE_PATTERN.findall(text)
-        if found:
-            # in the order the clauses are defined (their headings), then any others cited
-            headings = [m.group(1) for m in re.finditer(r"^#+\s*(\S+?):", text, re.M)
-                        if CLAUSE_PATTERN.fullmatch(m.group(1))]
-            return tuple(dict.fromkeys(headings + found))
-    return CLAUSE_IDS
 
 
 # ------------------------------------------------------------------------------------------
@@ -80,7 +49,7 @@ def exact(values, dtype=F32) -> np.ndarray:
     wide = np.asarray(values, dtype=np.float64)
     narrow = wide.astype(dtype)
     if not np.array_equal(narrow.astype(np.float64), wide, equal_nan=True):
-        raise CatalogueError(f"values not exact in {np.dtype(dtype)}: {wide}")
+        raise CaseError(f"values not exact in {np.dtype(dtype)}: {wide}")
     return narrow
 
 
@@ -128,7 +97,7 @@ def level0_cases(seed: int = DEFAULT_SEED) -> list[Case]:
     seen = set()
     for case in cases:
         if case.id in seen:
-            raise CatalogueError(f"duplicate case id {case.id}")
+            raise CaseError(f"duplicate case id {case.id}")
         seen.add(case.id)
     return cases
 

@@ -68,13 +68,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     p = commands.add_parser("clauses", help="print the clause -> case table (markdown)")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED)
 
-    commands.add_parser("docs", help="maintainers: rewrite the generated blocks of "
-                                     "docs/vectors.md (clause table, worked example)")
-
-    commands.add_parser("freeze-minilm", help="maintainers: recalibrate MiniLM and rewrite "
-                                              "vectors/minilm_slices.py (changes level 0)")
-    commands.add_parser("freeze-ties", help="maintainers: rerun the exact-tie search and "
-                                            "rewrite vectors/tie_table.py")
     return parser
 
 
@@ -89,10 +82,14 @@ def add_vectors_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_vectors(args) -> int:
+    """Run the command; a missing or unreadable file is one line on stderr and exit 2."""
+    from .serialize import MalformedVectors
     try:
         return _run(args)
-    except FileNotFoundError as error:
-        print(f"hscale vectors {args.vectors_command}: {error}", file=sys.stderr)
+    except (OSError, MalformedVectors, ValueError) as error:
+        text = error.strerror + f": {error.filename}" if isinstance(error, OSError) and \
+            error.filename else str(error)
+        print(f"hscale vectors {args.vectors_command}: {text}", file=sys.stderr)
         return 2
 
 
@@ -113,12 +110,15 @@ def _run(args) -> int:
               f"{args.out} ({time.perf_counter() - start:.1f} s)")
         return 0
     if command == "verify":
+        from hscale.conformance.findings import plural
+
         from .verify import verify_dir
         problems = verify_dir(args.dir)
         for problem in problems:
             print(f"DRIFT {problem}")
         if problems:
-            print(f"{args.dir}: {len(problems)} problems; the vectors do not match the reference")
+            print(f"{args.dir}: {plural(len(problems), 'problem')}; the vectors do not match "
+                  "the reference")
             return 1
         print(f"{args.dir}: OK (every case recomputed from its stored inputs, every checksum "
               "matches)")
@@ -140,25 +140,12 @@ def _run(args) -> int:
         from .explain import explain_group
         vectors = load_vectors(args.dir)
         if args.case not in vectors:
-            print(f"no case {args.case!r} in {args.dir}", file=sys.stderr)
-            return 2
-        print(explain_group(vectors[args.case], args.row, args.group))
+            raise ValueError(f"no case {args.case!r} in {args.dir}")
+        print(explain_group(*vectors[args.case], args.row, args.group))
         return 0
     if command == "clauses":
         from .docs import clause_table
         print(clause_table(args.seed))
-        return 0
-    if command == "docs":
-        from .docs import update_doc
-        print(update_doc())
-        return 0
-    if command == "freeze-minilm":
-        from .minilm import freeze_minilm_slices
-        print(freeze_minilm_slices(progress=True))
-        return 0
-    if command == "freeze-ties":
-        from .ties import search_tie_table, write_tie_table
-        print(write_tie_table(search_tie_table(progress=print)))
         return 0
     raise AssertionError(command)
 

@@ -5,16 +5,25 @@ from __future__ import annotations
 
 import numpy as np
 
+from hscale.conformance.cases import Case, Rejection
 from hscale.reference import E2M1_VALUES, candidate_errors, decode_e4m3
 
 from . import hexio
-from .check import GROUP, Stored, _group_h
+
+GROUP = 16
 
 
-def explain_group(stored: Stored, row: int, group: int) -> str:
-    case, out = stored.case, stored.expected
-    if out.error_clause is not None:
-        return f"case {case.id} is an expected-error case: {out.error_clause}: {out.error_message}"
+def explain_group(file_name: str, case: Case, row: int, group: int) -> str:
+    """Group (row, group) of a stored case worked end to end; ValueError for a group the case
+    does not have."""
+    out = case.expected
+    if isinstance(out, Rejection):
+        return f"case {case.id} is an expected-error case: {out.clause}: {out.message}"
+    rows, cols = case.shape
+    if not (0 <= row < rows and 0 <= group < cols // GROUP):
+        raise ValueError(f"case {case.id} has {rows} row{'s' * (rows != 1)} and "
+                         f"{cols // GROUP} group{'s' * (cols // GROUP != 1)} per row: there is "
+                         f"no group ({row}, {group})")
     s_g = float(out.global_scale)
     cols = slice(group * GROUP, (group + 1) * GROUP)
     native = case.weight[row, cols]
@@ -22,14 +31,14 @@ def explain_group(stored: Stored, row: int, group: int) -> str:
     f = float  # print plain Python floats (repr: shortest round-trip)
     c0 = int(out.initial_bytes[row, group])
     chosen = int(out.scale_bytes[row, group])
-    lines = [f"case {case.id} ({stored.file}), row {row}, group {group} (elements "
+    lines = [f"case {case.id} ({file_name}), row {row}, group {group} (elements "
              f"{group * GROUP}..{group * GROUP + GROUP - 1}); method {case.method}, init "
              f"{case.init}, K = {case.K}, U = {case.U}",
              "",
-             f"inputs ({case.dtype_name} bits, then value):"]
+             f"inputs ({hexio.dtype_name(native.dtype)} bits, then value):"]
     for j, (word, value) in enumerate(zip(hexio.to_words(native), w)):
         lines.append(f"  w{j:<2} = {word}  {f(value)!r}")
-    h = _group_h(case, group)
+    h = case.group_h(group)
     if case.method == "hscale":
         lines.append("h (float64 bits, then value):")
         for j, value in enumerate(h):

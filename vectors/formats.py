@@ -6,16 +6,24 @@ name, no dict-order dependence, so the same inputs give the same bytes on any ma
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import io
 import json
+import os
 import zipfile
+from pathlib import Path
 
 import numpy as np
 
 from hscale import SPEC_VERSION
 
 from . import hexio
-from .model import ERROR_SET, Case, Outputs, case_json, parameters_of
+from hscale.conformance.cases import Case, Rejection
+from hscale.reference import QuantizedWeight
+
+from .serialize import ERROR_SET, case_json, dtype_name, parameters_of
+
+Record = tuple[Case, "QuantizedWeight | Rejection"]  # a case and its expected outputs
 
 FORMAT_NAME = "hscale-nvfp4-vectors"
 FORMAT_VERSION = 1
@@ -60,7 +68,22 @@ def dumps(document) -> str:
     return json.dumps(document, sort_keys=True, indent=1, ensure_ascii=True) + "\n"
 
 
-def json_text(header: dict, records: list[tuple[Case, Outputs]]) -> str:
+def write_json_atomically(path: Path, document) -> Path:
+    """``document`` as JSON at ``path``, written to a temporary name and renamed."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def read_data_json(name: str):
+    """A frozen data file of the package (``vectors/data/NAME``)."""
+    text = importlib.resources.files("hscale.vectors").joinpath("data", name).read_text("utf-8")
+    return json.loads(text)
+
+
+def json_text(header: dict, records: list[Record]) -> str:
     document = dict(header)
     document["cases"] = [case_json(case, outputs) for case, outputs in records]
     return dumps(document)
@@ -130,11 +153,11 @@ def _case_table(records) -> list[str]:
     return lines
 
 
-def hex_text(header: dict, records: list[tuple[Case, Outputs]]) -> str:
+def hex_text(header: dict, records: list[Record]) -> str:
     """One line per 16-element group, for ``$readmemh`` into ``reg [W-1:0] mem [0:N-1]``."""
     case0 = records[0][0]
     with_h = case0.method == "hscale"
-    fields = _group_fields(case0.dtype_name, with_h)
+    fields = _group_fields(dtype_name(case0), with_h)
     lines = _common_header("one line per group", header)
     lines += _field_table(fields)
     lines += _case_table(records)
@@ -144,7 +167,7 @@ def hex_text(header: dict, records: list[tuple[Case, Outputs]]) -> str:
         rows, cols = case.weight.shape
         words = hexio.to_words(case.weight.reshape(-1))
         h_words = hexio.to_words(case.hessian_diag) if with_h else None
-        deq_words = hexio.to_words(out.dequantized.reshape(-1))
+        deq_words = hexio.to_words(out.dequantize().reshape(-1))
         s_g = hexio.fp32_hex(out.global_scale)
         for r in range(rows):
             for i in range(cols // GROUP_SIZE):
@@ -171,7 +194,7 @@ GS_FIELDS = [
 ]
 
 
-def gs_hex_text(header: dict, records: list[tuple[Case, Outputs]]) -> str:
+def gs_hex_text(header: dict, records: list[Record]) -> str:
     """One line per case: the tensor-level global scale computation."""
     lines = _common_header("one line per case, the global scale", header)
     lines += _field_table(GS_FIELDS)
@@ -216,7 +239,7 @@ def deterministic_zip(members: dict[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-def npz_bytes(header: dict, records: list[tuple[Case, Outputs]]) -> bytes:
+def npz_bytes(header: dict, records: list[Record]) -> bytes:
     """Arrays ``cNNN_<field>`` per case (NNN the case index), readable with
     ``np.load(path, allow_pickle=False)``. Weights are stored as their raw bits
     (``cNNN_weight_bits``, uint16/uint32) so that no reader needs ml_dtypes."""
@@ -227,7 +250,7 @@ def npz_bytes(header: dict, records: list[tuple[Case, Outputs]]) -> bytes:
     for index, (case, out) in enumerate(records):
         p = f"c{index:03d}_"
         arrays[p + "weight_bits"] = hexio.bits(case.weight)
-        arrays[p + "weight_dtype"] = np.array(case.dtype_name)
+        arrays[p + "weight_dtype"] = np.array(dtype_name(case))
         if case.hessian_diag is not None:
             arrays[p + "hessian_diag"] = np.asarray(case.hessian_diag, dtype=np.float64)
         if case.global_scale is not None:
@@ -238,8 +261,8 @@ def npz_bytes(header: dict, records: list[tuple[Case, Outputs]]) -> bytes:
         arrays[p + "delta"] = out.delta
         arrays[p + "codes"] = out.codes
         arrays[p + "packed"] = out.packed
-        arrays[p + "swizzled_scale_bytes"] = out.swizzled_scale_bytes
-        arrays[p + "dequantized"] = out.dequantized
+        arrays[p + "swizzled_scale_bytes"] = out.swizzled_scale_bytes()
+        arrays[p + "dequantized"] = out.dequantize()
     return deterministic_zip({name + ".npy": _npy_bytes(a) for name, a in arrays.items()})
 
 
@@ -247,7 +270,7 @@ def npz_bytes(header: dict, records: list[tuple[Case, Outputs]]) -> bytes:
 # A parameter set in all its forms, and the manifest
 # ------------------------------------------------------------------------------------------
 
-def render_set(header: dict, records: list[tuple[Case, Outputs]]) -> dict[str, bytes]:
+def render_set(header: dict, records: list[Record]) -> dict[str, bytes]:
     """File name -> bytes for one parameter set."""
     name = header["set"]
     files = {f"{name}.json": json_text(header, records).encode("ascii")}

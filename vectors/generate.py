@@ -8,7 +8,10 @@ from pathlib import Path
 
 from . import formats
 from .catalogue import DEFAULT_SEED, clause_index, level0_cases
-from .model import ERROR_SET, Case, Outputs, run_case
+from hscale.conformance.cases import Case
+
+from .formats import Record
+from .serialize import ERROR_SET, set_name
 
 LEVELS = (0, 1, 2)
 
@@ -24,17 +27,17 @@ def level_cases(level: int, seed: int = DEFAULT_SEED, **options) -> list[Case]:
     raise ValueError(f"level {level}: levels are {LEVELS}")
 
 
-def group_sets(records: list[tuple[Case, Outputs]]) -> dict[str, list[tuple[Case, Outputs]]]:
+def group_sets(records: list[Record]) -> dict[str, list[Record]]:
     """Parameter set name -> its records, sets in name order (errors last), cases in
     catalogue order."""
     sets: dict[str, list] = {}
     for case, outputs in records:
-        sets.setdefault(case.set_name(), []).append((case, outputs))
+        sets.setdefault(set_name(case), []).append((case, outputs))
     names = sorted(n for n in sets if n != ERROR_SET) + ([ERROR_SET] if ERROR_SET in sets else [])
     return {name: sets[name] for name in names}
 
 
-def render_level(records: list[tuple[Case, Outputs]], level: int, seed: int) -> dict[str, bytes]:
+def render_level(records: list[Record], level: int, seed: int) -> dict[str, bytes]:
     """Every file of a level (sets in all formats, manifest.json, SHA256SUMS)."""
     files: dict[str, bytes] = {}
     for name, set_records in group_sets(records).items():
@@ -47,7 +50,7 @@ def render_level(records: list[tuple[Case, Outputs]], level: int, seed: int) -> 
 
 def generate_files(level: int = 0, seed: int = DEFAULT_SEED, **options) -> dict[str, bytes]:
     cases = level_cases(level, seed, **options)
-    records = [(case, run_case(case)) for case in cases]
+    records = [(case, case.reference_outputs) for case in cases]
     return render_level(records, level, seed)
 
 

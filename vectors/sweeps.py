@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from hscale.conformance.cases import Case
 from hscale.reference import SCALE_BYTE_VALUES
 
 from . import hexio
 from .catalogue import BF16, F16, F32, MIDPOINTS, ONE, exact, scale_value, ulp_step
-from .model import Case
 from .rand import CaseRandom
 from .ties import TIE_K, TIE_U, load_tie_table
 

@@ -1,0 +1,448 @@
+"""The one diagnoser: a case, what an implementation produced for it, and every way that breaks
+the spec, as findings.
+
+``observe(result, case)`` turns whatever an implementation returned (the reference's
+``QuantizedWeight``, or any object with ``scale_bytes``, ``global_scale`` and ``packed`` or
+``codes``, the global scale stored as the multiplier or as its reciprocal) into the one result
+record, a ``QuantizedWeight``, deriving what it lacks (packing, codes, the initial bytes of a
+method without a search) or findings about its structure.
+
+``diagnose(case, observed, profile=..., allowances=...)`` judges it (``profiles.py``):
+
+- ``exact``: every byte, code and packed byte against the case's expected outputs, each
+  difference explained: for a scale byte the objectives of both candidates and whether they
+  tie, for a code the exact quotient |w|/s and whether it was a tie, for an initial byte the
+  exact quotient amax_g / (6 s_g) and whether it is an E4M3 midpoint;
+- ``faithful`` and ``format``: the independent certificate (``independent.py``) with the named
+  allowances, each use counted.
+
+The suite's failure messages, ``hscale vectors check``, ``hscale check`` and the interop matrix
+print these findings and nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+
+import numpy as np
+
+from hscale.reference import (E2M1_MIDPOINTS, SCALE_BYTE_VALUES, QuantizedWeight,
+                              candidate_errors, encode_e2m1, pack_codes, unpack_codes)
+from hscale.reference.global_scale import multiplier_from_reciprocal
+
+from . import independent
+from .cases import Case, Rejection, fp32_hex
+from .findings import Finding, plural
+from .profiles import EXACT, FORMAT, check_profile
+
+GROUP = 16
+#: Differences analysed in detail per kind; the rest are counted.
+LISTED = 24
+#: Results of at most this many weights also get the independent exact certificate.
+SMALL_CASE = 1 << 14
+CONVENTIONS = ("multiplier", "reciprocal")
+
+
+@dataclass
+class Diagnosis:
+    """The findings about one result, and what it took to accept the rest."""
+
+    findings: list[Finding] = field(default_factory=list)
+    unlisted: Counter = field(default_factory=Counter)  # clause -> offences counted, not listed
+    allowance_uses: Counter = field(default_factory=Counter)  # allowance -> groups/elements
+    tolerance_uses: int = 0  # groups accepted only thanks to the objective tolerance
+    groups: int = 0
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def clauses(self) -> list[str]:
+        return list(dict.fromkeys(f.clause for f in self.findings))
+
+    def render(self, case: Case | None = None, shown: int = 3, context: bool = True) -> list[str]:
+        """Lines: each clause's first ``shown`` findings (with the group's inputs under each
+        when ``context``), then how many more."""
+        lines = [self.note] if self.note else []
+        by_clause: dict[str, list[Finding]] = {}
+        for finding in self.findings:
+            by_clause.setdefault(finding.clause, []).append(finding)
+        for clause, items in by_clause.items():
+            for finding in items[:shown]:
+                lines.append("  " + finding.render())
+                if context and case is not None and finding.group is not None \
+                        and finding.kind != "pack":
+                    lines.append(group_context(case, *finding.group))
+            more = len(items) - shown + self.unlisted.get(clause, 0)
+            if more > 0:
+                lines.append(f"  [{clause}] ... and {more} more")
+        return lines
+
+
+# ------------------------------------------------------------------------------------------
+# What an implementation returned -> the one result record
+# ------------------------------------------------------------------------------------------
+
+def observe(result, case: Case, convention: str = "multiplier"):
+    """``(QuantizedWeight or None, findings)`` from what an implementation returned for
+    ``case``: its own ``QuantizedWeight`` as is; otherwise any object with ``scale_bytes``
+    (uint8 (m, n/16)), ``global_scale`` (in ``convention``: the multiplier s_g, or the
+    reciprocal a checkpoint stores, NVFP4-GS-4), and ``packed`` (uint8 (m, n/2)) or ``codes``
+    (uint8 (m, n)); ``delta`` / ``initial_bytes`` where the implementation has a search (for
+    rtn the initial byte is the chosen byte by definition, HSCALE-METHOD-1)."""
+    m, n = case.shape
+    findings: list[Finding] = []
+    if convention not in CONVENTIONS:
+        raise ValueError(f"global scale convention {convention!r}: must be one of "
+                         f"{', '.join(CONVENTIONS)}")
+    missing = [a for a in ("scale_bytes", "global_scale") if not hasattr(result, a)]
+    if not (hasattr(result, "packed") or hasattr(result, "codes")):
+        missing.append("packed or codes")
+    if missing:
+        return None, [Finding("NVFP4-PACK-1", f"the result ({type(result).__name__}) lacks "
+                              f"{', '.join(missing)}", kind="structure")]
+
+    def array(name, shape, clause, dtype):
+        value = getattr(result, name, None)
+        if value is None:
+            return None
+        try:
+            a = np.asarray(value)
+        except Exception as exc:  # noqa: BLE001 - anything unreadable is a finding
+            findings.append(Finding(clause, f"{name}: cannot be read as a numpy array ({exc})",
+                                    kind="structure"))
+            return None
+        if a.shape != shape:
+            findings.append(Finding(clause, f"{name}: shape expected {shape} observed {a.shape}",
+                                    kind="structure", expected=str(shape), observed=str(a.shape)))
+        elif a.dtype != np.dtype(dtype):
+            findings.append(Finding(clause, f"{name}: dtype expected {dtype} observed {a.dtype}",
+                                    kind="structure", expected=dtype, observed=str(a.dtype)))
+        return a
+
+    codes = array("codes", (m, n), "NVFP4-E2M1-1", "uint8")
+    packed = array("packed", (m, n // 2), "NVFP4-PACK-1", "uint8")
+    scale_bytes = array("scale_bytes", (m, n // GROUP), "NVFP4-PACK-2", "uint8")
+    delta = array("delta", (m, n // GROUP), "HSCALE-ARGMIN-1", "int8")
+    initial = array("initial_bytes", (m, n // GROUP), "HSCALE-ARGMIN-1", "uint8")
+    if codes is not None and not findings and codes.size and int(codes.max()) > 0xF:
+        findings.append(Finding("NVFP4-E2M1-1", f"codes: a code is a 4-bit value 0x0..0xF, "
+                                f"observed 0x{int(codes.max()):X}", kind="structure"))
+    sg, sg_finding = _observed_global_scale(result.global_scale, convention)
+    if sg_finding:
+        findings.append(sg_finding)
+    if findings:
+        return None, findings
+
+    if codes is None:
+        codes = unpack_codes(packed)
+    if packed is None:
+        packed = pack_codes(codes)
+    if initial is None and delta is not None:
+        initial = (scale_bytes.astype(np.int16) - delta.astype(np.int16)).astype(np.uint8)
+    if initial is None and case.method == "rtn":
+        initial = scale_bytes  # HSCALE-METHOD-1: rtn keeps the initial byte
+    observed = QuantizedWeight.from_bytes(codes, scale_bytes, initial, sg, method=case.method,
+                                          init=case.init, K=case.K, U=case.U,
+                                          scale_ceiling=case.scale_ceiling)
+    if delta is not None and not np.array_equal(observed.delta, delta):
+        object.__setattr__(observed, "delta", np.ascontiguousarray(delta))
+    # The packed bytes as returned, so that a packing fault is seen (NVFP4-PACK-1).
+    object.__setattr__(observed, "packed", np.ascontiguousarray(packed))
+    return observed, []
+
+
+def _observed_global_scale(value, convention):
+    """The multiplier s_g of an observed global scale, or a finding."""
+    try:
+        number = float(value)
+    except Exception:  # noqa: BLE001
+        return math.nan, Finding("NVFP4-GS-1", f"global_scale: {value!r} is not a number",
+                                 kind="structure")
+    if np.ndim(value) or float(np.float32(number)) != number and np.isfinite(number):
+        return math.nan, Finding("NVFP4-GS-1", f"global_scale: {value!r} is not one fp32 value "
+                                 "(the stored fp32 scale)", kind="structure")
+    if convention == "reciprocal":
+        if not (np.isfinite(number) and number > 0):
+            return math.nan, Finding("NVFP4-GS-4", f"global scale stored as a reciprocal: "
+                                     f"{number!r} is not positive and finite", kind="sg")
+        return float(multiplier_from_reciprocal(np.float32(number))), None
+    return number, None
+
+
+# ------------------------------------------------------------------------------------------
+# Judging
+# ------------------------------------------------------------------------------------------
+
+def diagnose(case: Case, observed: QuantizedWeight, *, profile: str = EXACT, allowances=(),
+             independent_check: bool | None = None) -> Diagnosis:
+    """Every finding about ``observed`` as the result of ``case`` under ``profile``.
+
+    ``independent_check`` (exact profile): also run the independent exact certificate; by
+    default on results of at most ``SMALL_CASE`` weights."""
+    profile, allowances = check_profile(profile, allowances)
+    diagnosis = Diagnosis(groups=int(np.prod(case.shape)) // GROUP)
+    if profile == EXACT:
+        expected = case.expected_outputs()
+        if isinstance(expected, Rejection):
+            diagnosis.findings.append(Finding(
+                expected.clause or "NVFP4-IN-1", "the inputs break a rule of the spec and must "
+                f"be rejected; the reference says: {expected.message}", kind="accepted"))
+            return diagnosis
+        diagnosis.findings, diagnosis.unlisted = compare_exact(case, observed, expected)
+        small = int(np.prod(case.shape)) <= SMALL_CASE
+        if not diagnosis.findings and (independent_check if independent_check is not None
+                                       else small):
+            cert = certify(case, observed, strict=True)
+            if cert.findings:
+                diagnosis.findings, diagnosis.unlisted = cert.findings, cert.extra
+                diagnosis.note = ("  (the result equals hscale.reference.quantize but fails the "
+                                  "independent certificate: the reference may be wrong, please "
+                                  "report)")
+        return diagnosis
+    cert = certify(case, observed, strict=False, allowances=allowances,
+                   judge_choice=profile != FORMAT)
+    diagnosis.findings, diagnosis.unlisted = cert.findings, cert.extra
+    diagnosis.allowance_uses = Counter({k: v for k, v in cert.uses.items() if v})
+    diagnosis.tolerance_uses = cert.tolerance_uses
+    return diagnosis
+
+
+def certify(case: Case, observed: QuantizedWeight, strict: bool, allowances=frozenset(),
+            judge_choice: bool = True) -> independent.Certificate:
+    """The independent certificate of ``observed`` (``independent.certify``)."""
+    return independent.certify(
+        case.exact_weight(), case.hessian_diag if case.method == "hscale" else None,
+        method=case.method, init=case.init, K=case.K, U=case.U,
+        scale_ceiling=case.scale_ceiling, global_scale=case.global_scale,
+        codes=observed.codes, scale_bytes=observed.scale_bytes, delta=observed.delta,
+        observed_global_scale=float(observed.global_scale), packed=observed.packed,
+        allowances=allowances, strict=strict, judge_choice=judge_choice)
+
+
+def compare_exact(case: Case, observed: QuantizedWeight, expected: QuantizedWeight):
+    """``(findings, unlisted)``: every difference of ``observed`` from ``expected``, explained."""
+    findings: list[Finding] = []
+    unlisted: Counter = Counter()
+    sg, want_sg = float(observed.global_scale), float(expected.global_scale)
+    if fp32_hex(sg) != fp32_hex(want_sg) or math.isnan(sg):
+        findings.append(_global_scale_finding(case, sg, want_sg))
+        return findings, unlisted  # every byte and code below would follow from it
+
+    w = case.exact_weight()
+    m, n = w.shape
+    amax_g = np.abs(w.reshape(m, n // GROUP, GROUP)).max(axis=2)
+    want_init = expected.initial_bytes.astype(np.int64)
+    got_init = (want_init if observed.initial_bytes is None
+                else observed.initial_bytes.astype(np.int64))
+    got_bytes = observed.scale_bytes.astype(np.int64)
+
+    def listed(mask, clause):
+        hits = np.argwhere(mask)
+        if len(hits) > LISTED:
+            unlisted[clause] += len(hits) - LISTED
+        return [tuple(int(v) for v in hit) for hit in hits[:LISTED]]
+
+    byte_differs = got_bytes != expected.scale_bytes
+    for r, i in listed(byte_differs, "scale bytes"):
+        finding = _byte_finding(case, w, amax_g, sg, r, i, int(expected.scale_bytes[r, i]),
+                                int(got_bytes[r, i]), int(want_init[r, i]), int(got_init[r, i]))
+        findings.append(_with_code_evidence(finding, w, observed, sg, r, i))
+
+    if observed.delta is not None:
+        same_byte = ~byte_differs
+        for r, i in listed(same_byte & (observed.delta != expected.delta), "HSCALE-ARGMIN-1"):
+            clause = "HSCALE-ARGMIN-1" if amax_g[r, i] else "NVFP4-ZERO-1"
+            findings.append(Finding(
+                clause, f"reported delta expected {int(expected.delta[r, i]):+d} observed "
+                f"{int(observed.delta[r, i]):+d}, though the scale byte "
+                f"0x{int(expected.scale_bytes[r, i]):02X} agrees: delta = chosen byte - "
+                "initial byte", (r, i), kind="delta", expected=f"{int(expected.delta[r, i]):+d}",
+                observed=f"{int(observed.delta[r, i]):+d}"))
+
+    # A code under another scale byte follows from that byte: only same-byte groups count.
+    code_differs = (observed.codes != expected.codes) & np.repeat(~byte_differs, GROUP, axis=1)
+    swapped = _swapped_groups(observed.codes, expected.codes) & ~byte_differs
+    for r, i in listed(swapped, "NVFP4-PACK-1"):
+        findings.append(Finding(
+            "NVFP4-PACK-1", "the two codes of every byte are swapped: element 2k belongs in the "
+            "low nibble of byte k and element 2k+1 in the high nibble", (r, i), kind="pack"))
+    code_differs &= ~np.repeat(swapped, GROUP, axis=1)
+    for r, col in listed(code_differs, "codes"):
+        i, j = divmod(col, GROUP)
+        findings.append(_code_finding(case, w, amax_g, sg, r, i, j,
+                                      int(expected.scale_bytes[r, i]),
+                                      int(expected.codes[r, col]), int(observed.codes[r, col])))
+
+    want_packed = pack_codes(observed.codes)
+    for r, b in listed(observed.packed != want_packed, "NVFP4-PACK-1"):
+        findings.append(Finding(
+            "NVFP4-PACK-1", f"packed byte {b} of row {r} expected 0x{int(want_packed[r, b]):02X} "
+            f"(code[{2 * b}] | code[{2 * b + 1}] << 4) observed 0x{int(observed.packed[r, b]):02X}",
+            (r, b // 8), kind="pack", expected=f"0x{int(want_packed[r, b]):02X}",
+            observed=f"0x{int(observed.packed[r, b]):02X}"))
+    return findings, unlisted
+
+
+def _swapped_groups(codes: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """Groups (m, n/16) whose codes differ from the expected ones only by the order of the two
+    nibbles of each packed byte (NVFP4-PACK-1)."""
+    swapped = np.empty_like(codes)
+    swapped[:, 0::2], swapped[:, 1::2] = codes[:, 1::2], codes[:, 0::2]
+    m, n = codes.shape
+    as_groups = (lambda a: a.reshape(m, n // GROUP, GROUP))  # noqa: E731
+    differ = (as_groups(codes) != as_groups(expected)).any(axis=2)
+    return differ & (as_groups(swapped) == as_groups(expected)).all(axis=2)
+
+
+def _global_scale_finding(case: Case, sg: float, want_sg: float) -> Finding:
+    amax = float(np.max(np.abs(case.exact_weight())))
+    if case.global_scale is not None:
+        clause, why = "NVFP4-GS-3", "the caller's s_g is used unchanged"
+    elif amax == 0 or Fraction(amax) / (6 * Fraction(float(case.scale_ceiling))) < 2.0 ** -126:
+        clause, why = "NVFP4-GS-2", f"amax = {amax!r}"
+    else:
+        clause, why = "NVFP4-GS-1", (f"s_g = fp32(amax / (6 C)) with amax = {amax!r}, "
+                                     f"C = {float(case.scale_ceiling)!r}")
+    return Finding(clause, f"global scale s_g expected {want_sg!r} ({fp32_hex(want_sg)}) observed "
+                   f"{sg!r} ({fp32_hex(sg) if np.isfinite(sg) else 'not finite'}); {why}",
+                   kind="sg", expected=fp32_hex(want_sg),
+                   observed=fp32_hex(sg) if np.isfinite(sg) else repr(sg))
+
+
+def _byte_finding(case, w, amax_g, sg, r, i, want, got, want_init, got_init) -> Finding:
+    where = (r, i)
+    pair = dict(expected=f"0x{want:02X}", observed=f"0x{got:02X}")
+    if amax_g[r, i] == 0:
+        return Finding("NVFP4-ZERO-1", f"zero group: scale byte expected 0x{want:02X} observed "
+                       f"0x{got:02X}", where, kind="byte", **pair)
+    lo, hi = -(case.K - 1 - case.U), case.U
+    if not 1 <= got <= 0x7E:
+        walk = (got - want_init + 128) % 256 - 128  # the shift, read as a signed byte
+        if case.method != "rtn" and lo <= walk <= hi:
+            return Finding("HSCALE-WIN-1", f"scale byte expected 0x{want:02X} observed "
+                           f"0x{got:02X}, which is not on the ladder: it is initial byte "
+                           f"0x{want_init:02X} {walk:+d} unclipped, and the window is clipped to "
+                           "the ladder, clip(c0 + delta, 0x01, 0x7E)", where, kind="window",
+                           **pair)
+        return Finding("NVFP4-E4M3-3", f"scale byte expected 0x{want:02X} observed 0x{got:02X}, "
+                       "which is not on the ladder 0x01..0x7E", where, kind="ladder", **pair)
+    if case.method == "rtn" or got_init != want_init:
+        init_clause = "NVFP4-INIT-1" if case.init == "maxabs" else "NVFP4-INIT-2"
+        shown = f"0x{want_init:02X}" if case.method == "rtn" else (
+            f"0x{want_init:02X} observed 0x{got_init & 0xFF:02X}")
+        text = (f"initial byte expected {shown}; scale byte expected 0x{want:02X} observed "
+                f"0x{got:02X}; {_quotient_evidence(amax_g[r, i], sg)}")
+        return Finding(init_clause, text, where, kind="init", **pair)
+    c0 = want_init
+    in_window = lo <= got - c0 <= hi or (got == 1 and c0 + lo <= 1) or (got == 0x7E and c0 + hi >= 0x7E)
+    if not in_window:
+        return Finding("HSCALE-WIN-1", f"scale byte expected 0x{want:02X} observed 0x{got:02X}: "
+                       f"outside the window of initial byte 0x{c0:02X}, clip(c0 + [{lo}, +{hi}], "
+                       f"0x01, 0x7E) = 0x{max(1, c0 + lo):02X}..0x{min(0x7E, c0 + hi):02X}", where,
+                       kind="window", **pair)
+    group = w[r, GROUP * i:GROUP * (i + 1)]
+    rows = candidate_errors(group, case.group_h(i), c0, sg, case.K, case.U)
+    error = {byte: E for _, byte, E in reversed(rows)}  # a clipped duplicate: its first shift
+    e_want, e_got = error[want], error.get(got, math.nan)
+    both = (f"scale byte expected 0x{want:02X} (delta {want - c0:+d}, E = {e_want!r} = "
+            f"{e_want.hex()}) observed 0x{got:02X} (delta {got - c0:+d}, E = {e_got!r} = "
+            f"{float(e_got).hex()})")
+    table = ", ".join(f"{d:+d}:0x{b:02X}:{E!r}" for d, b, E in rows)
+    if e_got == e_want:
+        clause, why = "HSCALE-ARGMIN-1", ("an exact tie of the objectives: the earlier candidate "
+                                          "in the priority order 0, +1, -1, +2, -2, ... wins")
+    elif e_got > e_want:
+        clause, why = "HSCALE-OBJ-1", ("the observed byte has the larger fp64 objective "
+                                       "(evaluated exactly as written, pairwise, no FMA)")
+    else:
+        clause, why = "HSCALE-ARGMIN-1", ("the observed byte has the SMALLER objective: the "
+                                          "reference may be wrong, please report")
+    return Finding(clause, f"{both}; {why}\n      candidates (delta:byte:E) {table}", where,
+                   kind="choice", **pair)
+
+
+def _with_code_evidence(finding: Finding, w, observed, sg, r, i) -> Finding:
+    """A wrong scale byte of a non-zero group: say whether the codes are at least the correct
+    rounding for the byte that was chosen (then only the choice of byte differs)."""
+    byte = int(observed.scale_bytes[r, i])
+    if finding.kind in ("byte", "ladder") or not 1 <= byte <= 0x7E:
+        return finding
+    group = w[r, GROUP * i:GROUP * (i + 1)]
+    own = encode_e2m1(group, sg * float(SCALE_BYTE_VALUES[byte]))
+    if np.array_equal(own, observed.codes[r, GROUP * i:GROUP * (i + 1)]):
+        note = ("the observed codes are the correct rounding for the observed byte: only the "
+                "choice of byte differs")
+    else:
+        note = "the observed codes are not the rounding for the observed byte either"
+    text, sep, table = finding.text.partition("\n")
+    return replace(finding, text=f"{text}; {note}{sep}{table}")
+
+
+def _quotient_evidence(amax: float, sg: float) -> str:
+    """``amax_g / (6 s_g) = q``, and whether q is exactly an E4M3 rounding midpoint."""
+    exact = Fraction(float(amax)) / (6 * Fraction(float(sg)))
+    text = f"amax_g / (6 s_g) = {float(exact)!r}"
+    values = SCALE_BYTE_VALUES
+    upper = int(np.searchsorted(values, float(exact)))
+    if 0 < upper < len(values):
+        midpoint = (Fraction(float(values[upper - 1])) + Fraction(float(values[upper]))) / 2
+        if exact == midpoint:
+            text += (f", exactly the E4M3 midpoint between 0x{upper - 1:02X} and 0x{upper:02X}: "
+                     "a tie, which goes to the even mantissa (NVFP4-E4M3-2)")
+    return text
+
+
+def _code_finding(case, w, amax_g, sg, r, i, j, byte, want, got) -> Finding:
+    col = GROUP * i + j
+    value = float(w[r, col])
+    bits = value_hex(np.asarray(case.weight)[r, col], np.asarray(case.weight).dtype)
+    pair = dict(expected=f"0x{want:X}", observed=f"0x{got:X}")
+    if amax_g[r, i] == 0:
+        clause = "NVFP4-E2M1-3" if want ^ got == 0x8 else "NVFP4-ZERO-1"
+        return Finding(clause, f"zero group: w = {value!r} ({bits}), code expected 0x{want:X} "
+                       f"observed 0x{got:X}", (r, i), j, kind="zero-code", **pair)
+    if want ^ got == 0x8:
+        return Finding("NVFP4-E2M1-3", f"w = {value!r} ({bits}): the sign bit of the code is the "
+                       f"sign bit of w: code expected 0x{want:X} observed 0x{got:X}", (r, i), j,
+                       kind="sign", **pair)
+    s = sg * float(SCALE_BYTE_VALUES[byte])
+    quotient = Fraction(abs(value)) / Fraction(s)
+    ties = [mid for mid in E2M1_MIDPOINTS if quotient == Fraction(mid)]
+    why = (f"|w|/s = {ties[0]!r} exactly: a tie, which goes to the even code" if ties
+           else f"|w|/s = {float(quotient)!r}")
+    return Finding("NVFP4-E2M1-2", f"w = {value!r} ({bits}), s = {s!r}, {why}: code expected "
+                   f"0x{want:X} observed 0x{got:X}", (r, i), j, kind="magnitude", **pair)
+
+
+# ------------------------------------------------------------------------------------------
+# Context lines
+# ------------------------------------------------------------------------------------------
+
+def value_hex(value, dtype) -> str:
+    """Bits of ``value`` in the input dtype (fp32 / fp16 / bf16)."""
+    dtype = np.dtype(dtype)
+    uint = {4: np.uint32, 2: np.uint16, 8: np.uint64}[dtype.itemsize]
+    return f"0x{int(np.array(value, dtype=dtype).view(uint)):0{dtype.itemsize * 2}X}"
+
+
+def group_context(case: Case, r: int, i: int) -> str:
+    """The inputs of group (r, i), for a reader to reproduce the finding."""
+    weight = np.asarray(case.weight)
+    w = weight[r, GROUP * i: GROUP * (i + 1)]
+    lines = ["w = [" + ", ".join(value_hex(v, w.dtype) for v in w) + f"] ({w.dtype.name} bits)",
+             "  = [" + ", ".join(repr(float(v)) for v in w) + "]"]
+    if case.method == "hscale" and case.hessian_diag is not None:
+        lines.append("h = [" + ", ".join(repr(float(v)) for v in case.group_h(i)) + "]")
+    return "\n".join("      " + line for line in lines)
+
+
+def summary_line(diagnosis: Diagnosis) -> str:
+    counts = Counter(f.clause for f in diagnosis.findings) + diagnosis.unlisted
+    if not counts:
+        return "conforms"
+    return "; ".join(f"{clause}: {plural(n, 'finding')}" for clause, n in counts.items())

@@ -1,0 +1,189 @@
+"""A golden-vector case in its files: the JSON form of its inputs and expected outputs (the
+authoritative, human-readable form), and the parameter set it belongs to (the unit that gets one
+file per format).
+
+The case itself is the one case model of the project, ``hscale.conformance.cases.Case``; its
+outputs are a ``QuantizedWeight`` or, for inputs the spec rejects, a ``Rejection``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hscale.conformance.cases import Case, CaseError, Rejection
+from hscale.reference import QuantizedWeight, swizzle_scale_bytes
+
+from . import hexio
+
+ERROR_SET = "errors"
+
+
+class MalformedVectors(ValueError):
+    """A vector file that cannot be read as what it claims to be (names the file and case)."""
+
+
+def dtype_name(case: Case) -> str:
+    return hexio.dtype_name(np.asarray(case.weight).dtype)
+
+
+def set_name(case: Case) -> str:
+    """The parameter set a case belongs to (one file per set and format)."""
+    if case.expect_error is not None:
+        return ERROR_SET
+    return parameter_set_name(dtype_name(case), case.method, case.init, case.K, case.U,
+                              case.scale_ceiling)
+
+
+def parameter_set_name(dtype_name: str, method: str, init: str, K: int, U: int,
+                       scale_ceiling: float) -> str:
+    ceiling = format(scale_ceiling, "g").replace(".", "p")
+    short = hexio.SHORT_NAMES[dtype_name]
+    method_part = method.replace("-", "")
+    if method == "rtn":
+        return f"{short}_{method_part}_{init}_C{ceiling}"
+    return f"{short}_{method_part}_{init}_K{K}_U{U}_C{ceiling}"
+
+
+def parameters_of(case: Case) -> dict | None:
+    """The parameter-set description written at the top of each file (None for errors)."""
+    if case.expect_error is not None:
+        return None
+    return {
+        "weight_dtype": dtype_name(case),
+        "method": case.method,
+        "init": case.init,
+        "K": int(case.K),
+        "U": int(case.U),
+        "D": int(case.K) - 1 - int(case.U),
+        "scale_ceiling": float(case.scale_ceiling),
+        "hessian_diag": "per case (float64)" if case.method == "hscale" else
+                        ("not read (h = 1)" if case.method == "scale-only" else "not read"),
+    }
+
+
+# ------------------------------------------------------------------------------------------
+# JSON form of a case (the human-readable, authoritative form)
+# ------------------------------------------------------------------------------------------
+
+def case_inputs_json(case: Case) -> dict:
+    weight = np.asarray(case.weight)
+    if weight.ndim >= 2:
+        rows = hexio.matrix_rows(weight.reshape(weight.shape[0], int(np.prod(weight.shape[1:]))))
+    else:
+        rows = [hexio.row_text(weight.reshape(-1))]
+    inputs = {
+        "shape": [int(s) for s in weight.shape],
+        "weight_dtype": dtype_name(case),
+        "weight": rows,
+        "hessian_diag": None if case.hessian_diag is None else
+                        hexio.row_text(np.asarray(case.hessian_diag, dtype=np.float64)),
+        "global_scale": None if case.global_scale is None else _scalar_hex(case.global_scale),
+        "method": case.method,
+        "init": case.init,
+        "K": case.K,
+        "U": case.U,
+        "scale_ceiling": hexio.fp64_hex(case.scale_ceiling),
+    }
+    if case.hessian_diag is not None and np.asarray(case.hessian_diag).dtype != np.float64:
+        raise CaseError(f"case {case.id}: hessian_diag must be stored as float64")
+    return inputs
+
+
+def _scalar_hex(value) -> str:
+    if isinstance(value, np.float32):
+        return hexio.fp32_hex(value)
+    return hexio.fp64_hex(float(value))  # error cases: a value that is not an fp32
+
+
+def case_outputs_json(outputs: QuantizedWeight | Rejection) -> dict:
+    if isinstance(outputs, Rejection):
+        return {"error": {"clause": outputs.clause, "message": outputs.message}}
+    swizzled = outputs.swizzled_scale_bytes()
+    return {
+        "global_scale": hexio.fp32_hex(outputs.global_scale),
+        "initial_bytes": [hexio.byte_groups(r, 1) for r in outputs.initial_bytes],
+        "scale_bytes": [hexio.byte_groups(r, 1) for r in outputs.scale_bytes],
+        "delta": [" ".join(f"{int(d):+d}" for d in r) for r in outputs.delta],
+        "codes": [hexio.nibble_groups(r) for r in outputs.codes],
+        "packed": [hexio.byte_groups(r, 8) for r in outputs.packed],
+        "swizzled_scale_bytes": [hexio.byte_groups(swizzled[i:i + 32], 32)
+                                 for i in range(0, swizzled.size, 32)],
+        "dequantized": hexio.matrix_rows(outputs.dequantize()),
+    }
+
+
+def case_json(case: Case, outputs: QuantizedWeight | Rejection) -> dict:
+    entry = {
+        "id": case.id,
+        "title": case.title,
+        "clauses": list(case.clauses),
+        "inputs": case_inputs_json(case),
+        "expected": case_outputs_json(outputs),
+    }
+    if case.provenance is not None:
+        entry["provenance"] = case.provenance
+    if case.notes:
+        entry["notes"] = list(case.notes)
+    if case.expect_error is not None:
+        entry["expect_error"] = case.expect_error
+    if case.pipeline != "quantize":
+        entry["inputs"]["pipeline"] = case.pipeline
+    return entry
+
+
+def case_from_json(entry: dict, with_expected: bool = True) -> Case:
+    """The stored case, its expected outputs read from the file (``expected_from_json``)."""
+    inputs = entry["inputs"]
+    weight = hexio.matrix_from_rows(inputs["weight"], inputs["weight_dtype"], inputs["shape"])
+    h = inputs["hessian_diag"]
+    gs = inputs["global_scale"]
+    case = Case(
+        id=entry["id"],
+        title=entry["title"],
+        clauses=tuple(entry["clauses"]),
+        weight=weight,
+        hessian_diag=None if h is None else hexio.from_row_text(h, "float64"),
+        method=inputs["method"],
+        init=inputs["init"],
+        K=inputs["K"],
+        U=inputs["U"],
+        scale_ceiling=hexio.scalar_from_hex(inputs["scale_ceiling"]),
+        global_scale=None if gs is None else hexio.scalar_from_hex(gs),
+        expect_error=entry.get("expect_error"),
+        provenance=entry.get("provenance"),
+        notes=tuple(entry.get("notes", ())),
+        pipeline=inputs.get("pipeline", "quantize"),
+    )
+    return case.with_(expected=expected_from_json(entry)) if with_expected else case
+
+
+def expected_from_json(entry: dict) -> QuantizedWeight | Rejection:
+    """The stored expected outputs of a case. The stored fields that follow from others (delta,
+    packed, the swizzled layout, the dequantized values) must agree with them: a file edited by
+    hand, or damaged, is refused with a message naming the field."""
+    expected = entry["expected"]
+    if "error" in expected:
+        return Rejection(expected["error"]["clause"], expected["error"]["message"])
+    rows, cols = entry["inputs"]["shape"]
+    group_cols = cols // 16
+    outputs = QuantizedWeight.from_bytes(
+        np.stack([hexio.parse_nibbles(r) for r in expected["codes"]]),
+        np.stack([hexio.parse_bytes(r) for r in expected["scale_bytes"]]),
+        np.stack([hexio.parse_bytes(r) for r in expected["initial_bytes"]]),
+        hexio.scalar_from_hex(expected["global_scale"]),
+        method=entry["inputs"]["method"], init=entry["inputs"]["init"], K=entry["inputs"]["K"],
+        U=entry["inputs"]["U"], scale_ceiling=hexio.scalar_from_hex(entry["inputs"]["scale_ceiling"]))
+    derived = {
+        "delta": (np.array([[int(d) for d in r.split()] for r in expected["delta"]],
+                           dtype=np.int8).reshape(rows, group_cols), outputs.delta),
+        "packed": (np.stack([hexio.parse_bytes(r) for r in expected["packed"]]), outputs.packed),
+        "swizzled_scale_bytes": (hexio.parse_bytes("".join(expected["swizzled_scale_bytes"])),
+                                 swizzle_scale_bytes(outputs.scale_bytes)),
+        "dequantized": (hexio.matrix_from_rows(expected["dequantized"], "float32", (rows, cols)),
+                        outputs.dequantize()),
+    }
+    for name, (stored, implied) in derived.items():
+        if stored.shape != implied.shape or stored.tobytes() != implied.tobytes():
+            raise MalformedVectors(f"case {entry['id']}: expected.{name} does not follow from "
+                                   "the stored codes, scale bytes and global scale")
+    return outputs
