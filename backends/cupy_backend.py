@@ -1,9 +1,17 @@
-"""The ``cupy`` backend: one fused CUDA kernel, one thread per 16-element group, that does the
-4over6 choice, the H-Scale candidate search and the final encoding in exact float64.
+"""The ``cupy`` backend: the reference pipeline with its hot steps as CUDA kernels, one thread
+per 16-element group, in exact float64.
 
-Host side (shared with the torch backends through ``hscale.backends._common``): validation,
-s_g, the range-fitting initial bytes and the window's priority order all come from
-``hscale.reference``; the result is built by the reference's packing and ``QuantizedWeight``.
+``CupyQuantizer`` is ``hscale.reference.Quantizer`` with three steps replaced:
+
+- ``candidate_objectives``: the objective of each group at each of its candidate bytes
+  (``hs_objectives_kernel``; the 4over6 initial byte is then chosen by the reference's rule);
+- ``search``: the window of each initial byte scanned in priority order, keeping a candidate
+  only when its objective is strictly smaller (``hs_search_kernel``: the objective and the
+  first minimum fused, so no objective leaves the device);
+- ``encode``: the codes at the chosen bytes (``hs_encode_kernel``).
+
+Validation, the global scale, zero groups, the initial bytes, the window table and the result
+are the reference's own steps.
 
 The kernel source (``KERNEL_SOURCE``) is written once for two compilers:
 
@@ -12,14 +20,15 @@ The kernel source (``KERNEL_SOURCE``) is written once for two compilers:
   a fused multiply-add;
 * a host C compiler, with ``-DHSCALE_HOST_HARNESS``: the intrinsics become plain ``*``, ``+``,
   ``-`` and the file must be compiled with ``-ffp-contract=off`` (x86-64 doubles are SSE2, no
-  excess precision). ``host_harness_library()`` builds it with gcc and ``tests/test_backends_smoke.py``
-  checks the kernel logic against the reference on machines without a GPU.
+  excess precision). ``quantize_with_host_harness`` runs the same ``CupyQuantizer`` with the
+  kernels compiled by gcc, so tests check the kernel logic against the reference on machines
+  without a GPU.
 
-What the kernel computes is the reference's text, clause by clause: the E2M1 code of |w| by the
-division-free threshold form (``|w| > m*s`` for an even lower code, ``>=`` for an odd one,
-``m*s`` exact), ``d = |w| - q*s`` (``q*s`` exact; ``|w| - |q|s`` is ``-(w - qs)`` for w < 0, the same
+What the kernels compute is the reference's text, clause by clause: the E2M1 code of |w| by the
+division-free threshold form (``|w| > m*s`` for an even lower code, ``>=`` for an odd one, ``m*s``
+exact), ``d = |w| - q*s`` (``q*s`` exact; ``|w| - |q|s`` is ``-(w - qs)`` for w < 0, the same
 ``d*d``), ``e = h*(d*d)`` (``e = d*d`` for h = 1), the balanced pairwise sum, and a strict-less
-argmin over the candidates in priority order.
+scan over the candidates in priority order.
 """
 
 from __future__ import annotations
@@ -33,15 +42,13 @@ import numpy as np
 
 from hscale import __version__
 from hscale.backends import CAPABILITIES
-from hscale.backends import _common as common
-from hscale.reference import SCALE_BYTE_VALUES, priority_order
-from hscale.reference.initial_scale import range_fitting_byte
+from hscale.reference import SCALE_BYTE_VALUES, Quantizer
 
 GROUP = 16
 THREADS_PER_BLOCK = 128
 
 KERNEL_SOURCE = r"""
-// H-Scale NVFP4 group kernel. See hscale/backends/cupy_backend.py for the exactness argument.
+// H-Scale NVFP4 group kernels. See hscale/backends/cupy_backend.py for the exactness argument.
 #ifdef HSCALE_HOST_HARNESS
 #include <math.h>
 #include <stdint.h>
@@ -60,8 +67,6 @@ static inline unsigned int hs_float_bits(float f) { unsigned int u; memcpy(&u, &
 #endif
 
 #define HS_GROUP 16
-#define HS_FIRST_BYTE 1
-#define HS_LAST_BYTE 126
 
 // E2M1 magnitudes of codes 0..7 and the 7 rounding midpoints (NVFP4-E2M1-1, -2).
 #ifdef HSCALE_HOST_HARNESS
@@ -100,88 +105,110 @@ HS_FN double hs_group_error(const double* aw, const double* h, double s) {
     return e[0];
 }
 
-HS_FN int hs_clip_byte(int c) {
-    return c < HS_FIRST_BYTE ? HS_FIRST_BYTE : (c > HS_LAST_BYTE ? HS_LAST_BYTE : c);
+HS_FN void hs_abs(const float* w, double* aw) {
+    for (int j = 0; j < HS_GROUP; ++j) aw[j] = fabs((double)w[j]);  // exact
 }
 
-// One group. w: 16 floats; h: 16 doubles or null (h = 1); ladder: value of bytes 0..126;
-// c6: max-abs byte (NVFP4-INIT-1); c4: the 4over6 byte at 4, or -1 for max-abs init;
-// prio: the K shifts in priority order (0, +1, -1, ...); search: 0 for rtn.
-HS_FN void hs_quantize_group(const float* w, const double* h, const double* ladder, double sg,
-                             int c6, int c4, const int* prio, int K, int search,
-                             unsigned char* codes, unsigned char* chosen,
-                             unsigned char* initial) {
+// The objective at each of k candidate bytes; scales[c] = s_g * e4m3(c), exact.
+HS_FN void hs_objectives_group(const float* w, const double* h, const double* scales,
+                               const unsigned char* candidates, int k, double* errors) {
     double aw[HS_GROUP];
-    unsigned char sign[HS_GROUP];
-    double amax = 0.0;
-    for (int j = 0; j < HS_GROUP; ++j) {
-        double v = (double)w[j];  // exact
-        sign[j] = (unsigned char)((hs_float_bits(w[j]) >> 31) << 3);  // NVFP4-E2M1-3
-        aw[j] = fabs(v);  // |w|
-        amax = aw[j] > amax ? aw[j] : amax;
-    }
-    if (amax == 0.0) {  // NVFP4-ZERO-1: byte 0x00, sign-only codes, no search
-        for (int j = 0; j < HS_GROUP; ++j) codes[j] = sign[j];
-        *chosen = 0;
-        *initial = 0;
-        return;
-    }
-    int c0 = c6;
-    if (c4 >= 0) {  // NVFP4-INIT-2: unweighted error, a tie keeps 6
-        double e6 = hs_group_error(aw, 0, HS_MUL(sg, ladder[c6]));
-        double e4 = hs_group_error(aw, 0, HS_MUL(sg, ladder[c4]));
-        if (e4 < e6) c0 = c4;
-    }
-    int best = c0;
-    if (search) {  // HSCALE-WIN-1, HSCALE-ARGMIN-1
-        double best_e = hs_group_error(aw, h, HS_MUL(sg, ladder[c0]));
-        for (int r = 1; r < K; ++r) {
-            int c = hs_clip_byte(c0 + prio[r]);
-            if (c == best) continue;  // a clipped duplicate of the incumbent cannot win
-            double e = hs_group_error(aw, h, HS_MUL(sg, ladder[c]));
-            if (e < best_e) { best_e = e; best = c; }
-        }
-    }
-    double t[7];
-    hs_thresholds(HS_MUL(sg, ladder[best]), t);
-    for (int j = 0; j < HS_GROUP; ++j)
-        codes[j] = (unsigned char)(sign[j] | hs_magnitude_code(aw[j], t));
-    *chosen = (unsigned char)best;
-    *initial = (unsigned char)c0;
+    hs_abs(w, aw);
+    for (int r = 0; r < k; ++r) errors[r] = hs_group_error(aw, h, scales[candidates[r]]);
 }
+
+// HSCALE-WIN-1 .. HSCALE-ARGMIN-1: the window (a row of the window table, in priority order)
+// scanned keeping a candidate only when strictly smaller; a clipped duplicate of the
+// incumbent has its objective and cannot win.
+HS_FN unsigned char hs_search_group(const float* w, const double* h, const double* scales,
+                                    const unsigned char* window, int K) {
+    double aw[HS_GROUP];
+    hs_abs(w, aw);
+    unsigned char best = window[0];
+    double best_e = hs_group_error(aw, h, scales[best]);
+    for (int r = 1; r < K; ++r) {
+        unsigned char c = window[r];
+        if (c == best) continue;
+        double e = hs_group_error(aw, h, scales[c]);
+        if (e < best_e) { best_e = e; best = c; }
+    }
+    return best;
+}
+
+// NVFP4-E2M1-2, -3: the codes at the effective scale s.
+HS_FN void hs_encode_group(const float* w, double s, unsigned char* codes) {
+    double t[7];
+    hs_thresholds(s, t);
+    for (int j = 0; j < HS_GROUP; ++j) {
+        unsigned char sign = (unsigned char)((hs_float_bits(w[j]) >> 31) << 3);
+        codes[j] = (unsigned char)(sign | hs_magnitude_code(fabs((double)w[j]), t));
+    }
+}
+
+// h of group g: h_groups rows of 16 (a row's pattern, or one row per group); null: h = 1.
+#define HS_H(h, g, h_groups) ((h) ? (h) + ((g) % (h_groups)) * HS_GROUP : 0)
 
 #ifdef HSCALE_HOST_HARNESS
-// The same group function looped on the host: for testing the kernel logic without a GPU.
-void hscale_nvfp4_host(long long ngroups, long long groups_per_row, const float* w,
-                       const double* h, const double* ladder, double sg,
-                       const unsigned char* c6, const unsigned char* c4, const int* prio,
-                       int K, int search, unsigned char* codes, unsigned char* chosen,
-                       unsigned char* initial) {
-    for (long long g = 0; g < ngroups; ++g) {
-        const double* hg = h ? h + (g % groups_per_row) * HS_GROUP : 0;
-        hs_quantize_group(w + g * HS_GROUP, hg, ladder, sg, c6[g], c4 ? (int)c4[g] : -1,
-                          prio, K, search, codes + g * HS_GROUP, chosen + g, initial + g);
-    }
+// The same group functions looped on the host: for testing the kernel logic without a GPU.
+void hs_objectives_host(long long G, long long h_groups, const float* w, const double* h,
+                        const double* scales, const unsigned char* candidates, int k,
+                        double* errors) {
+    for (long long g = 0; g < G; ++g)
+        hs_objectives_group(w + g * HS_GROUP, HS_H(h, g, h_groups), scales, candidates + g * k,
+                            k, errors + g * k);
+}
+void hs_search_host(long long G, long long h_groups, const float* w, const double* h,
+                    const double* scales, const unsigned char* table, int K,
+                    const unsigned char* initial, unsigned char* chosen) {
+    for (long long g = 0; g < G; ++g)
+        chosen[g] = hs_search_group(w + g * HS_GROUP, HS_H(h, g, h_groups), scales,
+                                    table + (long long)initial[g] * K, K);
+}
+void hs_encode_host(long long G, const float* w, const double* scale, unsigned char* codes) {
+    for (long long g = 0; g < G; ++g) hs_encode_group(w + g * HS_GROUP, scale[g], codes + g * HS_GROUP);
 }
 #else
-extern "C" __global__ void hscale_nvfp4_kernel(
-        long long ngroups, long long groups_per_row, const float* __restrict__ w,
-        const double* __restrict__ h, const double* __restrict__ ladder, double sg,
-        const unsigned char* __restrict__ c6, const unsigned char* __restrict__ c4,
-        const int* __restrict__ prio, int K, int search, unsigned char* __restrict__ codes,
-        unsigned char* __restrict__ chosen, unsigned char* __restrict__ initial) {
-    long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (g >= ngroups) return;
-    float wv[HS_GROUP];
+HS_FN void hs_load_group(const float* w, long long g, float* out) {
     const float4* w4 = reinterpret_cast<const float4*>(w + g * HS_GROUP);  // 64-byte aligned
     for (int k = 0; k < 4; ++k) {
         float4 v = w4[k];
-        wv[4 * k] = v.x; wv[4 * k + 1] = v.y; wv[4 * k + 2] = v.z; wv[4 * k + 3] = v.w;
+        out[4 * k] = v.x; out[4 * k + 1] = v.y; out[4 * k + 2] = v.z; out[4 * k + 3] = v.w;
     }
-    const double* hg = h ? h + (g % groups_per_row) * HS_GROUP : 0;
+}
+
+extern "C" __global__ void hs_objectives_kernel(
+        long long G, long long h_groups, const float* __restrict__ w,
+        const double* __restrict__ h, const double* __restrict__ scales,
+        const unsigned char* __restrict__ candidates, int k, double* __restrict__ errors) {
+    long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= G) return;
+    float wv[HS_GROUP];
+    hs_load_group(w, g, wv);
+    hs_objectives_group(wv, HS_H(h, g, h_groups), scales, candidates + g * k, k, errors + g * k);
+}
+
+extern "C" __global__ void hs_search_kernel(
+        long long G, long long h_groups, const float* __restrict__ w,
+        const double* __restrict__ h, const double* __restrict__ scales,
+        const unsigned char* __restrict__ table, int K, const unsigned char* __restrict__ initial,
+        unsigned char* __restrict__ chosen) {
+    long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= G) return;
+    float wv[HS_GROUP];
+    hs_load_group(w, g, wv);
+    chosen[g] = hs_search_group(wv, HS_H(h, g, h_groups), scales,
+                                table + (long long)initial[g] * K, K);
+}
+
+extern "C" __global__ void hs_encode_kernel(
+        long long G, const float* __restrict__ w, const double* __restrict__ scale,
+        unsigned char* __restrict__ codes) {
+    long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= G) return;
+    float wv[HS_GROUP];
+    hs_load_group(w, g, wv);
     unsigned char cv[HS_GROUP];
-    hs_quantize_group(wv, hg, ladder, sg, c6[g], c4 ? (int)c4[g] : -1, prio, K, search,
-                      cv, chosen + g, initial + g);
+    hs_encode_group(wv, scale[g], cv);
     uint4 packed;  // the 16 codes of the group, one 16-byte store
     packed.x = cv[0] | (cv[1] << 8) | (cv[2] << 16) | ((unsigned int)cv[3] << 24);
     packed.y = cv[4] | (cv[5] << 8) | (cv[6] << 16) | ((unsigned int)cv[7] << 24);
@@ -191,6 +218,7 @@ extern "C" __global__ void hscale_nvfp4_kernel(
 }
 #endif
 """
+KERNELS = ("hs_objectives", "hs_search", "hs_encode")
 
 
 def _import_cupy():
@@ -202,13 +230,13 @@ def _import_cupy():
 
 
 class CupyBackend:
-    """H-Scale NVFP4 quantization with one fused CUDA kernel (cuda device 0)."""
+    """H-Scale NVFP4 quantization with CUDA kernels (cuda device 0)."""
 
     name = "cupy"
     capabilities = CAPABILITIES
 
     def __init__(self):
-        self._kernel = None
+        self._runtime = None
 
     @property
     def version(self) -> str:
@@ -229,72 +257,138 @@ class CupyBackend:
             return False, "cupy backend needs a CUDA device: cupy sees 0 devices"
         return True, ""
 
-    def kernel(self):
-        if self._kernel is None:
-            import cupy
-            self._kernel = cupy.RawKernel(KERNEL_SOURCE, "hscale_nvfp4_kernel",
-                                          options=("--std=c++14",))
-        return self._kernel
-
-    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16, U=6,
-                 scale_ceiling=448.0, global_scale=None):
+    def quantize(self, weight, hessian_diag=None, **options):
         ok, why = self.available()
         if not ok:
             raise RuntimeError(f"backend 'cupy' is not available: {why}")
-        import cupy as cp
-        req = common.validate(weight, hessian_diag, method, init, K, U, scale_ceiling,
-                              global_scale)
-        rows, cols = req.weight.shape
-        ng = cols // GROUP
-        G = rows * ng
-        w = cp.asarray(np.ascontiguousarray(req.weight, dtype=np.float32))  # exact
-        group_amax = cp.abs(w.reshape(G, GROUP)).max(axis=1)
-        amax_host = cp.asnumpy(group_amax).astype(np.float64)
-        inputs = _host_inputs(req, amax_host)
-        codes = cp.empty((G, GROUP), dtype=cp.uint8)
-        chosen = cp.empty(G, dtype=cp.uint8)
-        initial = cp.empty(G, dtype=cp.uint8)
-        h = cp.asarray(req.h) if inputs["use_h"] else None
-        c4 = cp.asarray(inputs["c4"]) if inputs["c4"] is not None else None
-        args = (np.int64(G), np.int64(ng), w, h, cp.asarray(SCALE_BYTE_VALUES),
-                np.float64(inputs["sg"]), cp.asarray(inputs["c6"]), c4,
-                cp.asarray(inputs["prio"]), np.int32(req.K), np.int32(inputs["search"]),
-                codes, chosen, initial)
-        blocks = (G + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
-        self.kernel()((blocks,), (THREADS_PER_BLOCK,), args)
-        return common.finish(req, cp.asnumpy(codes).reshape(rows, cols),
-                             cp.asnumpy(chosen).reshape(rows, ng),
-                             cp.asnumpy(initial).reshape(rows, ng), inputs["global_scale"])
+        if self._runtime is None:
+            self._runtime = CudaRuntime()
+        return CupyQuantizer(self._runtime).quantize(weight, hessian_diag, **options)
 
 
-def _host_inputs(req: common.Request, amax_host: np.ndarray) -> dict:
-    """Everything the kernel needs besides the weights, computed by the reference."""
-    global_scale = common.global_scale_for(req, amax_host.max())
-    c6 = range_fitting_byte(amax_host, global_scale, 6.0)
-    c4 = (range_fitting_byte(amax_host, global_scale, 4.0) if req.init == "4over6"
-          else None)
-    return {
-        "global_scale": global_scale,
-        "sg": float(global_scale),
-        "c6": np.ascontiguousarray(c6, dtype=np.uint8),
-        "c4": None if c4 is None else np.ascontiguousarray(c4, dtype=np.uint8),
-        "prio": np.asarray(priority_order(req.K, req.U), dtype=np.int32),
-        "search": int(req.method != "rtn"),
-        "use_h": req.method == "hscale",
-    }
+class CupyQuantizer(Quantizer):
+    """The reference pipeline with the kernels of ``KERNEL_SOURCE`` as its hot steps, on a
+    runtime that launches them (``CudaRuntime``, or ``HostRuntime`` for tests)."""
+
+    block_groups = 1 << 22  # a GPU wants large launches; the host harness does not mind
+
+    def __init__(self, runtime):
+        self.runtime = runtime
+        self.scale_table = None
+
+    def load_groups(self, block_weight: np.ndarray) -> np.ndarray:
+        """The block's groups as float32 (an exact widening of float16 and bfloat16)."""
+        rows, cols = block_weight.shape
+        return block_weight.astype(np.float32).reshape(rows, cols // GROUP, GROUP)
+
+    def _scales(self, s_g):
+        if self.scale_table is None:  # s_g * e4m3(c) for bytes 0..126, exact in float64
+            self.scale_table = self.runtime.to_device(SCALE_BYTE_VALUES * float(s_g))
+        return self.scale_table
+
+    def _groups(self, groups):
+        return self.runtime.to_device(np.ascontiguousarray(np.reshape(groups, (-1, GROUP)),
+                                                           np.float32))
+
+    def _h(self, h, groups):
+        """(device h, h_groups): rows of 16 indexed by group g modulo h_groups; None for h = 1."""
+        if h is None or (np.ndim(h) == 1 and np.all(np.asarray(h) == 1)):
+            return None, 1
+        h = np.asarray(h, dtype=np.float64)
+        if h.ndim == 2 and np.ndim(groups) == 3 and h.shape[0] == np.shape(groups)[1]:
+            return self.runtime.to_device(h), h.shape[0]  # a row's pattern, repeating
+        full = np.broadcast_to(h, np.shape(groups)).reshape(-1, GROUP)
+        return self.runtime.to_device(full), full.shape[0]
+
+    def candidate_objectives(self, groups, h, candidates, s_g) -> np.ndarray:
+        k = candidates.shape[-1]
+        w = self._groups(groups)
+        G = int(np.prod(candidates.shape[:-1]))
+        h_dev, h_groups = self._h(h, groups)
+        errors = self.runtime.empty((G, k), np.float64)
+        self.runtime.launch("hs_objectives", G, np.int64(G), np.int64(h_groups), w, h_dev,
+                            self._scales(s_g),
+                            self.runtime.to_device(np.ascontiguousarray(candidates, np.uint8)),
+                            np.int32(k), errors)
+        return self.runtime.to_host(errors).reshape(candidates.shape)
+
+    def search(self, groups, h, initial, s_g, context) -> np.ndarray:
+        table = context["window"]
+        G = int(np.prod(np.shape(initial)))
+        h_dev, h_groups = self._h(h, groups)
+        chosen = self.runtime.empty((G,), np.uint8)
+        self.runtime.launch("hs_search", G, np.int64(G), np.int64(h_groups), self._groups(groups),
+                            h_dev, self._scales(s_g),
+                            self.runtime.to_device(np.ascontiguousarray(table, np.uint8)),
+                            np.int32(table.shape[1]),
+                            self.runtime.to_device(np.ascontiguousarray(initial, np.uint8)),
+                            chosen)
+        return self.runtime.to_host(chosen).reshape(np.shape(initial))
+
+    def encode(self, groups, scale) -> np.ndarray:
+        G = int(np.prod(np.shape(groups)[:-1]))
+        scale = np.ascontiguousarray(np.broadcast_to(scale, np.shape(groups)[:-1] + (1,))
+                                     .reshape(-1), np.float64)
+        codes = self.runtime.empty((G, GROUP), np.uint8)
+        self.runtime.launch("hs_encode", G, np.int64(G), self._groups(groups),
+                            self.runtime.to_device(scale), codes)
+        return self.runtime.to_host(codes).reshape(np.shape(groups))
 
 
-# -- the kernel's logic on the host, for tests ----------------------------------------------
+class CudaRuntime:
+    """The kernels on CUDA device 0, through CuPy."""
 
-_HARNESS = None
+    def __init__(self):
+        import cupy
+        self.cupy = cupy
+        module = cupy.RawModule(code=KERNEL_SOURCE, options=("--std=c++14",))
+        self.kernels = {name: module.get_function(f"{name}_kernel") for name in KERNELS}
+
+    def to_device(self, array):
+        return self.cupy.asarray(array)
+
+    def empty(self, shape, dtype):
+        return self.cupy.empty(shape, dtype=dtype)
+
+    def to_host(self, array):
+        return self.cupy.asnumpy(array)
+
+    def launch(self, name, groups, *args):
+        blocks = (groups + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+        if blocks:
+            self.kernels[name]((blocks,), (THREADS_PER_BLOCK,), args)
+
+
+class HostRuntime:
+    """The same kernels compiled for the host with gcc (``-DHSCALE_HOST_HARNESS``): for testing
+    the kernel logic on machines without a GPU."""
+
+    def __init__(self, library):
+        self.library = library
+
+    def to_device(self, array):
+        return np.ascontiguousarray(array)
+
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype=dtype)
+
+    def to_host(self, array):
+        return array
+
+    def launch(self, name, groups, *args):
+        converted = [None if a is None else a.ctypes.data if isinstance(a, np.ndarray)
+                     else a.item() for a in args]
+        getattr(self.library, f"{name}_host")(*converted)
+
+
+_HARNESS = {}
 
 
 def host_harness_library(cc: str = "gcc"):
-    """Build (once) ``KERNEL_SOURCE`` with ``-DHSCALE_HOST_HARNESS`` as a shared library and return
-    it (ctypes), or raise ``RuntimeError`` if no C compiler works."""
-    global _HARNESS
-    if _HARNESS is not None:
-        return _HARNESS
+    """Build (once) ``KERNEL_SOURCE`` with ``-DHSCALE_HOST_HARNESS`` as a shared library and
+    return it (ctypes), or raise ``RuntimeError`` if no C compiler works."""
+    if cc in _HARNESS:
+        return _HARNESS[cc]
     build = tempfile.mkdtemp(prefix="hscale_cupy_harness_")
     src = os.path.join(build, "hscale_kernel.c")
     lib = os.path.join(build, "hscale_kernel.so")
@@ -308,43 +402,21 @@ def host_harness_library(cc: str = "gcc"):
         detail = getattr(exc, "stderr", "") or str(exc)
         raise RuntimeError(f"cannot build the host harness with {cc}: {detail}") from exc
     dll = ctypes.CDLL(lib)
-    p = ctypes.c_void_p
-    dll.hscale_nvfp4_host.argtypes = [ctypes.c_longlong, ctypes.c_longlong, p, p, p,
-                                      ctypes.c_double, p, p, p, ctypes.c_int, ctypes.c_int,
-                                      p, p, p]
-    dll.hscale_nvfp4_host.restype = None
-    _HARNESS = dll
+    p, i64, i32 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
+    dll.hs_objectives_host.argtypes = [i64, i64, p, p, p, p, i32, p]
+    dll.hs_search_host.argtypes = [i64, i64, p, p, p, p, i32, p, p]
+    dll.hs_encode_host.argtypes = [i64, p, p, p]
+    for name in KERNELS:
+        getattr(dll, f"{name}_host").restype = None
+    _HARNESS[cc] = dll
     return dll
 
 
-def quantize_with_host_harness(weight, hessian_diag=None, *, method="hscale", init="maxabs",
-                               K=16, U=6, scale_ceiling=448.0, global_scale=None):
-    """``quantize`` with the CUDA kernel's group function compiled for the host (slow, single
-    thread): the same host-side steps as ``CupyBackend.quantize``, for testing the kernel."""
-    dll = host_harness_library()
-    req = common.validate(weight, hessian_diag, method, init, K, U, scale_ceiling,
-                          global_scale)
-    rows, cols = req.weight.shape
-    ng = cols // GROUP
-    G = rows * ng
-    w = np.ascontiguousarray(req.weight, dtype=np.float32)
-    amax_host = np.abs(w.reshape(G, GROUP)).max(axis=1).astype(np.float64)
-    inputs = _host_inputs(req, amax_host)
-    codes = np.empty((G, GROUP), dtype=np.uint8)
-    chosen = np.empty(G, dtype=np.uint8)
-    initial = np.empty(G, dtype=np.uint8)
-    h = np.ascontiguousarray(req.h, dtype=np.float64) if inputs["use_h"] else None
-    ladder = SCALE_BYTE_VALUES
-    c6, c4, prio = inputs["c6"], inputs["c4"], inputs["prio"]
-
-    def ptr(a):
-        return None if a is None else a.ctypes.data
-
-    dll.hscale_nvfp4_host(G, ng, ptr(w), ptr(h), ptr(ladder), inputs["sg"], ptr(c6), ptr(c4),
-                          ptr(prio), req.K, inputs["search"], ptr(codes), ptr(chosen),
-                          ptr(initial))
-    return common.finish(req, codes.reshape(rows, cols), chosen.reshape(rows, ng),
-                         initial.reshape(rows, ng), inputs["global_scale"])
+def quantize_with_host_harness(weight, hessian_diag=None, **options):
+    """``quantize`` by ``CupyQuantizer`` with the kernels compiled for the host (slow, single
+    thread): everything the GPU backend runs except NVRTC and the device."""
+    return CupyQuantizer(HostRuntime(host_harness_library())).quantize(weight, hessian_diag,
+                                                                       **options)
 
 
 def create():

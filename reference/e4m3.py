@@ -61,12 +61,13 @@ def encode_e4m3(value: np.ndarray) -> np.ndarray:
     """
     value = np.asarray(value, dtype=np.float64)
     _, binary_exponent = np.frexp(value)  # value = f * 2^binary_exponent, f in [0.5, 1)
-    unbiased_exponent = binary_exponent - 1
-    # Below the smallest normal the quantum stays at the subnormal spacing 2^-9.
-    quantum_exponent = np.maximum(unbiased_exponent, -6) - MANTISSA_BITS
+    # The quantum is 2^(exponent - 3) in a binade; below the smallest normal (and at 0) it
+    # stays at the subnormal spacing 2^-9.
+    quantum_exponent = np.where(value < SMALLEST_NORMAL, -6, binary_exponent - 1) - MANTISSA_BITS
     steps = np.ldexp(value, -quantum_exponent)  # exact: a power-of-two rescaling
-    rounded_steps = np.rint(steps)  # NVFP4-E4M3-2: round half to even
-    rounded = np.ldexp(rounded_steps, quantum_exponent)  # exact
-    saturated = np.minimum(rounded, MAX_FINITE)  # NVFP4-E4M3-2: satfinite
-    scale_byte = np.searchsorted(SCALE_BYTE_VALUES, saturated)
-    return scale_byte.astype(np.uint8)
+    rounded_steps = np.rint(steps).astype(np.int64)  # NVFP4-E4M3-2: round half to even
+    # A value of ``rounded_steps`` (8..16) quanta 2^q is byte 8 * exponent_field + mantissa_field
+    # = 8 * (q + 10) + (rounded_steps - 8); subnormals (q = -9, 0..8 steps) follow the same
+    # formula, and 16 steps is the next binade's first byte. Above 0x7E is above 448.
+    scale_byte = 8 * (quantum_exponent + 9) + rounded_steps
+    return np.minimum(scale_byte, LADDER_LAST_BYTE).astype(np.uint8)  # NVFP4-E4M3-2: satfinite

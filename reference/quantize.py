@@ -196,7 +196,7 @@ class Quantizer:
 
     def group_maxima(self, groups) -> np.ndarray:
         """amax_g = max_j |w_j| of each group (...), float64 (NVFP4-INIT-1)."""
-        return np.max(np.abs(groups), axis=-1)
+        return np.max(np.abs(groups), axis=-1).astype(np.float64, copy=False)
 
     def select_bytes(self, groups, h, s_g, options: Options, context: dict):
         """``(initial bytes, chosen bytes)`` (...) of the groups: zero groups get 0x00 and are
@@ -204,8 +204,6 @@ class Quantizer:
         searches with h = 1, hscale with h (HSCALE-METHOD-1)."""
         amax = self.group_maxima(groups)
         zero = is_zero_group(amax)  # NVFP4-ZERO-1
-        initial = np.full(amax.shape, self.zero_group_byte, dtype=np.uint8)
-        chosen = initial.copy()
         live_groups, live_h, live_amax = _live(~zero, groups, h, amax)
         live_initial = self.initial_bytes(live_groups, live_amax, s_g, options.init)
         if options.method == "rtn":
@@ -213,8 +211,12 @@ class Quantizer:
         else:
             weights = UNIT_WEIGHTS if options.method == "scale-only" else live_h  # HSCALE-METHOD-1
             live_chosen = self.search(live_groups, weights, live_initial, s_g, context)
-        initial[~zero] = np.ravel(live_initial)
-        chosen[~zero] = np.ravel(live_chosen)
+        if not zero.any():
+            return live_initial, live_chosen
+        initial = np.full(amax.shape, self.zero_group_byte, dtype=np.uint8)
+        chosen = initial.copy()
+        initial[~zero] = live_initial
+        chosen[~zero] = live_chosen
         return initial, chosen
 
     def range_bytes(self, group_amax, s_g, top_magnitude) -> np.ndarray:

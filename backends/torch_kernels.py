@@ -1,0 +1,201 @@
+"""The hot steps of quantization in torch, float64, bit-identical to ``hscale.reference``:
+the objective of every group at every candidate scale (HSCALE-OBJ-1 with the E2M1 rounding of
+NVFP4-E2M1-2 inside), and the final element encoding (NVFP4-E2M1-2, -3). Each exists twice:
+eager (in-place ops on reusable buffers) and as a pure function of torch ops ("graph") that
+``torch_compile.CompiledKernel`` fuses into one loop. Nothing here imports torch at module load.
+
+Exactness, all in float64:
+
+* ``x = |w| / s`` is rounded, but it never crosses or lands on an E2M1 midpoint or on a grid
+  point it does not equal. ``|w|`` has at most 24 significant bits, ``s = s_g * ladder[c]`` at
+  most 28, and a midpoint or grid point ``m`` at most 3, so ``|w| - m*s`` is either 0 or at least
+  one unit of the coarser of the two last places, which is a relative distance of more than
+  2^-29 from ``m*s``. The float64 quotient is within 2^-53 (relative) of the exact one, and
+  rounding is monotone, so ``fl(x) > m`` iff ``|w|/s > m``, ``fl(x) == m`` iff ``|w|/s == m``.
+  Rounding ``fl(x)`` on the E2M1 grid therefore gives the code of the exact quotient, which is
+  what the reference's division-free threshold form computes.
+* The E2M1 rounding of ``x`` (after ``min(x, 6)``, the saturation) is the classic "add a magic
+  constant and subtract it": with ``T = clamp(x, 1, 6)`` and ``C = 2^51 * T`` (exact), the unit
+  in the last place of ``C`` is 0.5 for x < 2, 1 for 2 <= x < 4 and 2 for x >= 4, which is the
+  E2M1 grid spacing there; ``fl(x + C) - C`` is ``x`` rounded to that spacing, ties to even, and
+  the subtraction is exact. The sum stays in C's binade because x is never within 2^-29 of 2 or 4
+  without being equal (above). A tie (x exactly a midpoint) has ``T`` with at most 3 significant
+  bits, so ``C`` is an even multiple of the spacing and "ties to even" in the addition is "ties to
+  the even E2M1 code" (0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4). (``alpha=2^51``
+  in ``add_``/``sub_`` multiplies exactly, so a fused multiply-add there changes nothing.)
+* ``d = |w| - q*s``: ``q*s`` is exact (2 x 28 significant bits), so ``addcmul`` (which may or may
+  not fuse the multiply into the add) rounds once, exactly like the reference's separate multiply
+  and subtract, and ``|w| - |q|s`` is ``-(w - q s)`` when w < 0 (rounding is sign-symmetric), so
+  ``d*d`` is the same number. ``d*d`` and ``h*(d*d)`` are separate multiplies (two roundings, as in
+  the reference), and ``E`` is summed by adjacent pairs level by level in the same tree
+  ``((e0+e1)+(e2+e3))+...``. torch's CPU and CUDA elementwise kernels are one operation per
+  call, so nothing else can be contracted.
+* E contains no NaN: h >= 0 is finite, d is finite; E may be +inf (h near the float64 maximum).
+* Subnormal float64 intermediates (tiny h times a tiny d*d) are computed exactly as long as torch
+  is not told to flush denormals (``torch.set_flush_denormal(True)`` would break exactness).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import ml_dtypes
+import numpy as np
+
+GROUP = 16
+MAGIC = float(2 ** 51)  # C = 2^51 * clamp(x, 1, 6): ulp(C) is the E2M1 spacing at x
+
+
+def as_tensor(torch, array: np.ndarray):
+    """A torch view of a float32 / float16 / ml_dtypes.bfloat16 / float64 numpy array (no copy
+    when it is contiguous)."""
+    array = np.ascontiguousarray(array)
+    with warnings.catch_warnings():  # a read-only array: the kernels only ever read their inputs
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        if array.dtype == ml_dtypes.bfloat16:
+            return torch.from_numpy(array.view(np.uint16)).view(torch.bfloat16)
+        return torch.from_numpy(array)
+
+
+def signed_dtype(torch, float_dtype):
+    """The signed integer dtype of the width of ``float_dtype``: its sign bit is the integer's."""
+    return {torch.float32: torch.int32, torch.float16: torch.int16,
+            torch.bfloat16: torch.int16, torch.float64: torch.int64}[float_dtype]
+
+
+class Buffers:
+    """Reusable float64 work buffers of one thread, grown as needed."""
+
+    def __init__(self, torch, device):
+        self.torch, self.device = torch, device
+        self.arrays = {}
+
+    def get(self, name, numel, dtype=None):
+        dtype = dtype or self.torch.float64
+        b = self.arrays.get(name)
+        if b is None or b.numel() < numel or b.dtype != dtype:
+            b = self.arrays[name] = self.torch.empty(numel, dtype=dtype, device=self.device)
+        return b[:numel]
+
+
+def eager_objectives(torch, aw_t, scale, h_t, buffers: Buffers):
+    """E (G, k) for the groups ``aw_t`` = |w|^T (16, G) float64 at the effective scales
+    ``scale`` (G, k), weighted by ``h_t`` (16, G) or unweighted (None: h = 1, and 1 * (d*d) is
+    d*d). Work layout (16, G, k): the element index outermost, so that the pairwise sum adds
+    whole contiguous (G, k) planes and E comes out (G, k) contiguous."""
+    G, k = scale.shape
+    n = GROUP * G * k
+    aw_b = aw_t.unsqueeze(2)  # (16, G, 1)
+    scale_b = scale.unsqueeze(0)  # (1, G, k)
+    x = buffers.get("x", n).view(GROUP, G, k)
+    t = buffers.get("t", n).view(GROUP, G, k)
+
+    torch.div(aw_b, scale_b, out=x)  # x = |w|/s, decisions exact (module docstring)
+    x.clamp_max_(6.0)  # saturation: without it x >= 7 would round past 6
+    torch.clamp_min(x, 1.0, out=t)  # T = clamp(x, 1, 6)
+    x.add_(t, alpha=MAGIC)  # fl(x + 2^51 T): rounds x to the E2M1 spacing, ties to even
+    x.sub_(t, alpha=MAGIC)  # exact: x is now q, the E2M1 magnitude
+    torch.addcmul(aw_b, x, scale_b, value=-1.0, out=x)  # d = |w| - q*s, q*s exact
+    x.mul_(x)  # d*d
+    if h_t is not None:
+        x.mul_(h_t.unsqueeze(2))  # h*(d*d)
+    # Balanced pairwise sum over the element axis, adjacent pairs level by level:
+    # x[2j] += x[2j+1]; x[4j] += x[4j+2]; x[8j] += x[8j+4]; E = x[0] + x[8].
+    x[0::2].add_(x[1::2])
+    x[0::4].add_(x[2::4])
+    x[0::8].add_(x[4::8])
+    return torch.add(x[0], x[8], out=t[0])
+
+
+def eager_encode(torch, w, scale, buffers: Buffers):
+    """E2M1 codes (G, 16) uint8 of the groups ``w`` (G, 16, own dtype) at ``scale`` (G,)."""
+    G = w.shape[0]
+    x = buffers.get("ex", GROUP * G).view(G, GROUP)
+    t = buffers.get("et", GROUP * G).view(G, GROUP)
+    x.copy_(w).abs_()  # |w|, widened exactly
+    x.div_(scale.unsqueeze(1))
+    x.clamp_max_(6.0)
+    torch.clamp_min(x, 1.0, out=t)
+    x.add_(t, alpha=MAGIC)
+    x.sub_(t, alpha=MAGIC)  # q in {0, .5, 1, 1.5, 2, 3, 4, 6}, exactly as in the search
+    # magnitude code = min(q, 2) + min(q, 5): 2q on 0..2, q + 2 at 3 and 4, 7 at 6.
+    torch.clamp_max(x, 2.0, out=t)
+    x.clamp_max_(5.0).add_(t)
+    codes = buffers.get("codes", GROUP * G, torch.uint8).view(G, GROUP)
+    codes.copy_(x)  # exact small integers 0..7
+    # NVFP4-E2M1-3: bit 3 is the sign bit of w (-0.0 too): the integer view is negative.
+    negative = torch.lt(w.view(signed_dtype(torch, w.dtype)), 0).view(torch.uint8)
+    return codes.bitwise_or_(negative.mul_(8))
+
+
+def objective_graph(w, scale, h):
+    """The objective as one pure function of torch ops, for ``torch.compile`` to fuse into a
+    single loop: E (G, k) of the groups ``w`` (G, 16, own dtype) at the scales ``scale``
+    (G, k), weighted by ``h`` (16, G) or unweighted (None). The same operations in the same
+    order as ``eager_objectives`` (there ``addcmul`` and ``add_(alpha=2^51)``, here the exact
+    products written out), so the same bits; ``CompiledKernel`` checks that on every new shape
+    before trusting it."""
+    import torch
+    aw = w.to(torch.float64).abs()  # (G, 16), exact
+    terms = []
+    for j in range(GROUP):  # written out per element: inductor fuses all 16 into one loop
+        a = aw[:, j:j + 1]  # (G, 1)
+        x = torch.clamp_max(a / scale, 6.0)
+        c = torch.clamp_min(x, 1.0) * MAGIC  # exact
+        q = (x + c) - c
+        d = a - q * scale  # q*s exact
+        e = d * d
+        if h is not None:
+            e = e * h[j].unsqueeze(1)
+        terms.append(e)
+    while len(terms) > 1:  # ((e0 + e1) + (e2 + e3)) + ...
+        terms = [terms[i] + terms[i + 1] for i in range(0, len(terms), 2)]
+    return terms[0]
+
+
+def encode_graph(w, scale):
+    """E2M1 codes (G, 16), as int32, of the groups ``w`` (G, 16, own dtype) at ``scale`` (G,):
+    the same operations as ``eager_encode`` (sign bit from ``signbit``, -0.0 too)."""
+    import torch
+    x = torch.clamp_max(w.to(torch.float64).abs() / scale.unsqueeze(1), 6.0)
+    c = torch.clamp_min(x, 1.0) * MAGIC  # exact
+    q = (x + c) - c
+    magnitude = torch.clamp_max(q, 2.0) + torch.clamp_max(q, 5.0)
+    # int32 rather than uint8: inductor vectorises this conversion far better.
+    return torch.where(torch.signbit(w), magnitude + 8.0, magnitude).to(torch.int32)
+
+
+def probe_groups(torch, like, G):
+    """(w, scale): G groups (G, 16) in the dtype of ``like`` on exact E2M1 ties, grid points, 0,
+    -0.0 and a saturating 7 times a per-group scale (G,) with few significant bits (so the
+    products are exact in that dtype); every third group nudged one ulp up, every third one
+    down (on the integer view, which works for every float dtype). The inputs where a
+    contracted or reordered rounding would show."""
+    device = like.device
+    points = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.5, 1.0, 1.5, 2.0, 3.0,
+                           4.0, 7.0, 0.0], dtype=torch.float64, device=device)
+    signs = torch.tensor([1.0, -1.0] * 8, dtype=torch.float64, device=device)
+    index = torch.arange(G, device=device)
+    mantissa = torch.tensor([1.0, 1.125, 1.25, 1.375, 1.5, 1.625, 1.75, 1.875],
+                            dtype=torch.float64, device=device)
+    scale = mantissa[index % 8] * torch.pow(2.0, (index % 7 - 3).to(torch.float64))
+    w = ((points * signs).unsqueeze(0) * scale.unsqueeze(1)).to(like.dtype)  # exact
+    w[:, 15] = -0.0
+    bits = w.view(signed_dtype(torch, like.dtype))
+    step = torch.where(index % 3 == 1, 1, torch.where(index % 3 == 2, -1, 0)).unsqueeze(1)
+    nonzero = w != 0  # nudge magnitudes away from / towards zero, never across it
+    bits = torch.where(nonzero, bits + step.to(bits.dtype), bits)
+    return bits.view(like.dtype).contiguous(), scale
+
+
+def objective_probe(torch, args):
+    w, scale, h = args
+    G, k = scale.shape
+    pw, ps = probe_groups(torch, w, G)
+    ratios = torch.pow(2.0, (torch.arange(k, device=w.device) % 5 - 2).to(torch.float64))
+    return pw, (ps.unsqueeze(1) * ratios.unsqueeze(0)).contiguous(), h
+
+
+def encode_probe(torch, args):
+    w, scale = args
+    return probe_groups(torch, w, w.shape[0])
