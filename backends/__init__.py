@@ -10,8 +10,16 @@ A backend is any object with
 - ``available()``: ``(True, "")`` or ``(False, reason)``; a backend that cannot run here (no
   CUDA device, library not installed) says why, and the conformance suite skips with that reason;
 - ``quantize(weight, hessian_diag=None, *, method, init, K, U, scale_ceiling, global_scale)``:
-  exactly the signature and result type (``hscale.reference.QuantizedWeight``) of
-  ``hscale.reference.quantize``.
+  the signature of ``hscale.reference.quantize``. It returns the reference's
+  ``QuantizedWeight``, or any object with ``scale_bytes`` (uint8 (m, n/16)), ``global_scale``
+  and ``packed`` (uint8 (m, n/2)) or ``codes`` (uint8 (m, n)); ``delta`` or ``initial_bytes``
+  where it has a search. The rest is derived (``hscale.conformance.diagnose.observe``);
+- optionally ``global_scale_convention``: ``"multiplier"`` (default: the dequantization
+  multiplier s_g) or ``"reciprocal"`` (the ``6C/amax`` a checkpoint stores, NVFP4-GS-4).
+
+Bad input must raise ValueError or TypeError; this project's own backends also name the
+argument, the first offending index and the clause (the conformance suite requires that of
+third parties only under ``--strict-errors``).
 
 ``get(name)`` returns a built-in backend by name (``numpy``, ``torch``, ``torch-cuda``,
 ``cupy``) or a third-party one given as ``"package.module:factory"``, where ``factory()``
@@ -49,6 +57,11 @@ class Backend(Protocol):
 
 def _load_factory(spec: str):
     module_name, sep, attr = spec.partition(":")
+    if module_name.startswith("conformance."):
+        # The suite's own modules are the package hscale.conformance; "conformance.mutants"
+        # (what a reader of conformance/ in the repository writes) names the same module from
+        # any directory.
+        module_name = "hscale." + module_name
     if not sep or not module_name or not attr:
         raise ValueError(
             f"backend {spec!r}: expected a built-in name ({', '.join(BUILTIN)}) "

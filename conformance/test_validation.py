@@ -1,5 +1,7 @@
 """Input validation (NVFP4-IN-1 .. NVFP4-IN-5): every bad input raises ValueError naming the
-argument, the first offending index (where there is one) and the clause."""
+argument, the first offending index (where there is one) and the clause. The bad inputs of the
+golden vectors (vectors/level0/errors.json: NaN and Inf weights, wrong dtypes and shapes, bad h,
+K, U, scales, method and init) run as conformance/test_vectors.py; these are the others."""
 
 from __future__ import annotations
 
@@ -38,16 +40,9 @@ def q(weight=None, h=None, **kw):
 
 WEIGHT_CASES = {
     "list": (q(weight=[[0.0] * 16]), None),
-    "float64": (q(weight=GOOD_W.astype(np.float64), method="rtn"), None),
-    "int32": (q(weight=np.ones((2, 32), np.int32), method="rtn"), None),
-    "1-D": (q(weight=np.ones(32, np.float32), method="rtn"), None),
     "3-D": (q(weight=np.ones((1, 2, 32), np.float32), method="rtn"), None),
-    "empty": (q(weight=np.ones((0, 32), np.float32), method="rtn"), None),
-    "n=24": (q(weight=np.ones((2, 24), np.float32), method="rtn"), None),
-    "nan": (q(weight=_w(bad=np.nan), method="rtn"), (1, 5)),
     "inf": (q(weight=_w(bad=np.inf, at=(0, 17)), method="rtn"), (0, 17)),
     "-inf-hscale": (q(weight=_w(bad=-np.inf, at=(1, 31)), h=GOOD_H), (1, 31)),
-    "nan-bf16": (q(weight=_w(ml_dtypes.bfloat16, np.nan, (0, 3)), method="rtn"), (0, 3)),
     "inf-fp16": (q(weight=_w(np.float16, np.inf, (1, 0)), method="rtn"), (1, 0)),
     "first-of-two": (q(weight=np.where(np.arange(64).reshape(2, 32) % 9 == 4, np.nan, 1.0)
                        .astype(np.float32), method="rtn"), (0, 4)),
@@ -62,12 +57,7 @@ def test_bad_weight(checker, name):
 
 
 H_CASES = {
-    "missing": (q(h=None), None, "HSCALE-METHOD-1"),
-    "short": (q(h=np.ones(31)), None, "NVFP4-IN-2"),
     "2-D": (q(h=np.ones((1, 32))), None, "NVFP4-IN-2"),
-    "nan": (q(h=_h(np.nan)), (7,), "NVFP4-IN-2"),
-    "inf": (q(h=_h(np.inf, 3)), (3,), "NVFP4-IN-2"),
-    "negative": (q(h=_h(-1e-300, 9)), (9,), "NVFP4-IN-2"),
     "negative-first": (q(h=np.where(np.arange(32) >= 20, -1.0, 1.0)), (20,), "NVFP4-IN-2"),
     "complex": (q(h=np.ones(32, complex)), None, "NVFP4-IN-2"),
     "strings": (q(h=np.array(["1"] * 32)), None, "NVFP4-IN-2"),
@@ -82,9 +72,8 @@ def test_bad_hessian_diag(checker, name):
     _run(checker, clause, "hessian_diag", index, call)
 
 
-WINDOW_CASES = {
-    "K=0": (dict(K=0), "K"), "K=-1": (dict(K=-1, U=0), "K"), "U=-1": (dict(U=-1), "U"),
-    "U=K": (dict(K=4, U=4), "U"), "K=1.5": (dict(K=1.5), "K"), "K=True": (dict(K=True, U=0), "K"),
+WINDOW_CASES = {  # K = 0, U = -1, U = K = 16, K = 1.5 and K = True are golden vector cases
+    "K=-1": (dict(K=-1, U=0), "K"), "U=K=4": (dict(K=4, U=4), "U"),
     "U='3'": (dict(U="3"), "U"), "U=2.0": (dict(U=2.0), "U"),
 }
 
@@ -99,19 +88,9 @@ def test_bad_window(checker, name, method):
 
 
 SCALE_CASES = {
-    "sg=0": (dict(global_scale=0.0), "global_scale"),
-    "sg<0": (dict(global_scale=-1.0), "global_scale"),
-    "sg=nan": (dict(global_scale=float("nan")), "global_scale"),
-    "sg=inf": (dict(global_scale=float("inf")), "global_scale"),
-    "sg-subnormal": (dict(global_scale=float(np.float32(1e-40))), "global_scale"),
-    "sg-not-fp32": (dict(global_scale=0.1), "global_scale"),
     "sg=True": (dict(global_scale=True), "global_scale"),
     "sg-string": (dict(global_scale="1.0"), "global_scale"),
     "sg-overflows": (dict(global_scale=float(np.float32(1e36))), "global_scale"),
-    "C=0": (dict(scale_ceiling=0.0), "scale_ceiling"),
-    "C<0": (dict(scale_ceiling=-448.0), "scale_ceiling"),
-    "C=449": (dict(scale_ceiling=449.0), "scale_ceiling"),
-    "C=nan": (dict(scale_ceiling=float("nan")), "scale_ceiling"),
     "C=inf": (dict(scale_ceiling=float("inf")), "scale_ceiling"),
     "C-string": (dict(scale_ceiling="448"), "scale_ceiling"),
 }
@@ -125,10 +104,8 @@ def test_bad_scales(checker, name):
 
 
 CHOICE_CASES = {
-    "method=gptq": (dict(method="gptq"), "method"),
     "method=HSCALE": (dict(method="HSCALE"), "method"),
     "method=None": (dict(method=None), "method"),
-    "init=minmax": (dict(method="rtn", init="minmax"), "init"),
     "init=None": (dict(method="rtn", init=None), "init"),
     "init=4over6 ": (dict(method="rtn", init="4over6 "), "init"),
 }

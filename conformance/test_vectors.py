@@ -29,9 +29,12 @@ def test_vectors(checker, case_id):
     file_name, case = LEVEL0[case_id]
     if isinstance(case.expected, Rejection):
         checker.require(case.method if case.method in checker.capabilities else "rtn")
-        argument = re.match(r"[A-Za-z_]+", case.expected.message).group(0)
+        # What the reference's message names: the argument, and the first bad index if any.
+        named = re.match(r"(\w+)(?:\[([\d, ]+)\])?", case.expected.message)
+        index = None if named.group(2) is None else tuple(int(i) for i in
+                                                          named.group(2).split(","))
         (weight, h), options = case.call_args()
-        checker.expect_rejection(case.expect_error, argument, None,
+        checker.expect_rejection(case.expect_error, named.group(1), index,
                                  lambda backend: backend.quantize(weight, h, **options),
                                  f"case {case_id} ({case.title})")
         return
