@@ -32,24 +32,36 @@ def check_weight(weight) -> np.ndarray:
     if not isinstance(weight, np.ndarray):
         raise ValueError(f"weight: expected a numpy array, got {type(weight).__name__} "
                          "(spec NVFP4-IN-1)")
-    if weight.dtype not in WEIGHT_DTYPES:
-        raise ValueError(f"weight: dtype {weight.dtype} is not accepted; use float32, float16 or "
+    check_weight_layout(weight.dtype, weight.shape)
+    check_weight_finite(weight)
+    return weight
+
+
+def check_weight_layout(dtype, shape) -> None:
+    """The weight's dtype and shape (NVFP4-IN-1): what can be checked without reading it (a
+    backend holding the weight on a device checks these here, the values on the device)."""
+    if dtype not in WEIGHT_DTYPES:
+        raise ValueError(f"weight: dtype {dtype} is not accepted; use float32, float16 or "
                          "bfloat16 (ml_dtypes) (spec NVFP4-IN-1)")
-    if weight.ndim != 2:
-        raise ValueError(f"weight: expected a 2-D (m, n) array, got shape {weight.shape} "
+    shape = tuple(shape)
+    if len(shape) != 2:
+        raise ValueError(f"weight: expected a 2-D (m, n) array, got shape {shape} "
                          "(spec NVFP4-IN-1)")
-    rows, cols = weight.shape
+    rows, cols = shape
     if rows == 0 or cols == 0:
-        raise ValueError(f"weight: shape {weight.shape} is empty (spec NVFP4-IN-1)")
+        raise ValueError(f"weight: shape {shape} is empty (spec NVFP4-IN-1)")
     if cols % GROUP_SIZE:
         raise ValueError(f"weight: n = {cols} columns is not a multiple of the group size "
                          f"{GROUP_SIZE} (spec NVFP4-IN-1)")
+
+
+def check_weight_finite(weight: np.ndarray) -> None:
+    """Every weight finite (NVFP4-IN-1); the message names the first NaN or Inf."""
     not_finite = ~np.isfinite(weight)
     if not_finite.any():
         index = _first_index(not_finite)
         raise ValueError(f"weight{_index_text(index)} = {float(weight[index])}: weights must be "
                          "finite, NaN and Inf cannot be quantized (spec NVFP4-IN-1)")
-    return weight
 
 
 def check_hessian_diag(hessian_diag, cols: int) -> np.ndarray:
