@@ -1,34 +1,57 @@
-"""The ``cupy`` backend: the reference pipeline with its hot steps as CUDA kernels, one thread
-per 16-element group, in exact float64.
+"""The ``cupy`` backend: the whole per-group pipeline as one CUDA kernel, one thread per
+16-element group, in exact float64.
 
-``CupyQuantizer`` is ``hscale.reference.Quantizer`` with three steps replaced:
+``FusedQuantizer`` is ``hscale.reference.Quantizer`` with its block loop replaced by one launch
+of ``hs_quantize_kernel`` over every group of the layer. Validation, the global scale's rounding
+(NVFP4-GS-1, from the tensor's amax taken on the device by ``hs_amax_kernel``) and the window
+table (HSCALE-WIN-1 and the priority order of HSCALE-ARGMIN-1) are the reference's own steps;
+the kernel takes the window table as data. Per group the kernel does, in the reference's order:
 
-- ``candidate_objectives``: the objective of each group at each of its candidate bytes
-  (``hs_objectives_kernel``; the 4over6 initial byte is then chosen by the reference's rule);
-- ``search``: the window of each initial byte scanned in priority order, keeping a candidate
-  only when its objective is strictly smaller (``hs_search_kernel``: the objective and the
-  first minimum fused, so no objective leaves the device);
-- ``encode``: the codes at the chosen bytes (``hs_encode_kernel``).
+    amax_g, zero group                 NVFP4-ZERO-1
+    initial byte (max-abs or 4over6)   NVFP4-INIT-1, NVFP4-INIT-2 (E4M3 rounding NVFP4-E4M3-2)
+    the window in priority order       HSCALE-WIN-1 .. HSCALE-ARGMIN-1 (HSCALE-OBJ-1 objective)
+    codes at the chosen byte, packed   NVFP4-E2M1-2, NVFP4-E2M1-3, NVFP4-PACK-1
 
-Validation, the global scale, zero groups, the initial bytes, the window table and the result
-are the reference's own steps.
+Two ways in:
 
-The kernel source (``KERNEL_SOURCE``) is written once for two compilers:
+* ``quantize(weight, h, ...)``: the reference's signature and result (numpy in, numpy out);
+* ``quantize_on_device(weight, h, ...)``: a CuPy array (or any ``__cuda_array_interface__``
+  object, a torch CUDA tensor for instance) of float32 or float16 in, a ``DeviceResult`` of
+  CuPy arrays out, nothing copied to the host but one scalar (the amax). This is what a model
+  quantizer on a GPU uses, and what ``hscale.gpu_bench`` times.
 
-* NVRTC (through ``cupy.RawKernel``): every rounding operation of the objective is an explicit
-  ``__dmul_rn`` / ``__dadd_rn`` / ``__dsub_rn`` intrinsic, which the compiler never contracts into
-  a fused multiply-add;
-* a host C compiler, with ``-DHSCALE_HOST_HARNESS``: the intrinsics become plain ``*``, ``+``,
-  ``-`` and the file must be compiled with ``-ffp-contract=off`` (x86-64 doubles are SSE2, no
-  excess precision). ``quantize_with_host_harness`` runs the same ``CupyQuantizer`` with the
-  kernels compiled by gcc, so tests check the kernel logic against the reference on machines
-  without a GPU.
+Exactness (the same bits as the reference, checked by the conformance suite):
 
-What the kernels compute is the reference's text, clause by clause: the E2M1 code of |w| by the
-division-free threshold form (``|w| > m*s`` for an even lower code, ``>=`` for an odd one, ``m*s``
-exact), ``d = |w| - q*s`` (``q*s`` exact; ``|w| - |q|s`` is ``-(w - qs)`` for w < 0, the same
-``d*d``), ``e = h*(d*d)`` (``e = d*d`` for h = 1), the balanced pairwise sum, and a strict-less
-scan over the candidates in priority order.
+* no float32 arithmetic: the weights are read as bit patterns, |w| is the pattern without its
+  sign bit (non-negative floats order as their patterns, so amax_g and the zero test are integer
+  operations), its float64 value is built from significand and exponent, and the sign bit of a
+  code is the pattern's (NVFP4-E2M1-3, -0.0 too). CuPy compiles every kernel with
+  ``-ftz=true`` (``cupy/cuda/compiler.py``, whatever the caller passes), which flushes float32
+  subnormals to zero in float32 instructions: a kernel that touched float32 arithmetic would
+  take a group of subnormal weights for a zero group (seen on an H100, conformance vectors
+  init-min-byte, gs-tiny-amax-raised, deq-subnormal-rounding). float64 is never flushed.
+  float16 weights are widened by bits too (``hs_f16_to_f32_bits``), bfloat16 by a shift;
+* thresholds ``t_k = m_k * s`` of the E2M1 midpoints m_k (3 significant bits) times the
+  effective scale s (at most 28) are exact in float64; ``|w| > t_k`` for an even lower code and
+  ``|w| >= t_k`` for an odd one is the reference's tie rule (NVFP4-E2M1-2);
+* ``d = |w| - q*s`` as one fused multiply-add: ``q*s`` is exact (2 x 28 bits), so the fused
+  and the separate forms round once at the same place; ``|w| - |q|s = -(w - qs)`` for w < 0, the
+  same ``d*d``; ``d*d`` and ``h*(d*d)`` are separate roundings and E is the balanced pairwise
+  sum ``((e0+e1)+(e2+e3))+...`` of HSCALE-OBJ-1, all as explicit ``__dmul_rn`` / ``__dadd_rn``
+  intrinsics, which the compiler never contracts;
+* the E4M3 byte of ``amax_g / (top * s_g)`` (NVFP4-INIT-1): ``top * s_g`` is exact, the
+  quotient is an IEEE (correctly rounded) division, then ``frexp`` / ``ldexp`` (exact) and
+  ``rint`` (round half to even) as in ``hscale.reference.e4m3.encode_e4m3``;
+* the search keeps a candidate only when its objective is strictly smaller, scanning the
+  window's distinct bytes in priority order: a clipped duplicate has the objective of its first
+  occurrence, which the running minimum already does not exceed, so dropping duplicates changes
+  no choice (HSCALE-ARGMIN-1).
+
+The kernel source is written once for two compilers: NVRTC (through CuPy), and a host C compiler
+with ``-DHSCALE_HOST_HARNESS`` (``-ffp-contract=off``; x86-64 doubles are SSE2, no excess
+precision), where the intrinsics become plain operators and ``fma``. ``HostRuntime`` runs the
+same ``FusedQuantizer`` with the kernels built by gcc, so the tests check the kernel logic
+against the reference on machines without a GPU.
 """
 
 from __future__ import annotations
@@ -37,188 +60,284 @@ import ctypes
 import os
 import subprocess
 import tempfile
+from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 from hscale import __version__
 from hscale.backends import CAPABILITIES
-from hscale.reference import SCALE_BYTE_VALUES, Quantizer
+from hscale.reference import SCALE_BYTE_VALUES, Options, QuantizedWeight, Quantizer
+from hscale.reference import compute_global_scale, reported_delta, unpack_codes, validation
+from hscale.reference.e4m3 import LADDER_LAST_BYTE
 
 GROUP = 16
-THREADS_PER_BLOCK = 128
+THREADS_PER_BLOCK = 128  # 64 to 512 were within 10% of each other on an H100
 
 KERNEL_SOURCE = r"""
-// H-Scale NVFP4 group kernels. See hscale/backends/cupy_backend.py for the exactness argument.
+// H-Scale NVFP4: one group per thread. See hscale/backends/cupy_backend.py for the exactness
+// argument of every step. No float32 arithmetic anywhere: weights are read as their bit patterns
+// (CuPy compiles every kernel with -ftz=true, which would flush float32 subnormals to zero).
 #ifdef HSCALE_HOST_HARNESS
 #include <math.h>
-#include <stdint.h>
 #include <string.h>
 #define HS_FN static inline
 #define HS_MUL(a, b) ((a) * (b))
 #define HS_ADD(a, b) ((a) + (b))
-#define HS_SUB(a, b) ((a) - (b))
-static inline unsigned int hs_float_bits(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
+#define HS_DIV(a, b) ((a) / (b))
+#define HS_FMA(a, b, c) fma((a), (b), (c))
 #else
 #define HS_FN __device__ __forceinline__
 #define HS_MUL(a, b) __dmul_rn((a), (b))
 #define HS_ADD(a, b) __dadd_rn((a), (b))
-#define HS_SUB(a, b) __dsub_rn((a), (b))
-#define hs_float_bits(f) __float_as_uint(f)
+#define HS_DIV(a, b) __ddiv_rn((a), (b))
+#define HS_FMA(a, b, c) __fma_rn((a), (b), (c))
 #endif
 
 #define HS_GROUP 16
+#define HS_LAST_BYTE 126   // 0x7E, the ladder's largest byte (NVFP4-E4M3-3)
+#define HS_SIGN_BITS 0x80000000u
 
-// E2M1 magnitudes of codes 0..7 and the 7 rounding midpoints (NVFP4-E2M1-1, -2).
-#ifdef HSCALE_HOST_HARNESS
-static const double HS_E2M1[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
-static const double HS_MID[7] = {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0};
-#else
-__constant__ double HS_E2M1[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
-__constant__ double HS_MID[7] = {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0};
-#endif
-
-// Magnitude code 0..7 of |w| for the effective scale s, by the threshold form: thresholds
-// t[k] = HS_MID[k] * s are exact; a tie above an even code stays (>), above an odd one moves up.
-HS_FN int hs_magnitude_code(double aw, const double* t) {
-    return (aw > t[0]) + (aw >= t[1]) + (aw > t[2]) + (aw >= t[3])
-         + (aw > t[4]) + (aw >= t[5]) + (aw > t[6]);
+// The exact float64 value of a finite float32 magnitude given by its bits: the 24-bit
+// significand (implicit bit included for normals) times 2^(exponent - 150).
+HS_FN double hs_magnitude_value(unsigned int bits) {
+    int exponent = (int)(bits >> 23);
+    unsigned int significand = bits & 0x7fffffu;
+    if (exponent) significand |= 0x800000u; else exponent = 1;  // subnormal: 0.m * 2^-126
+    return ldexp((double)significand, exponent - 150);  // exact
 }
 
-HS_FN void hs_thresholds(double s, double* t) {
-    for (int k = 0; k < 7; ++k) t[k] = HS_MUL(HS_MID[k], s);  // exact: 3 x 28 bits
+// The float32 bit pattern of a float16 one (IEEE binary16), exactly: float16 subnormals are
+// float32 normals; Inf and NaN stay Inf and NaN (the amax pass rejects them).
+HS_FN unsigned int hs_f16_to_f32_bits(unsigned int f16_bits) {
+    unsigned int sign = (f16_bits & 0x8000u) << 16;
+    int exponent = (int)((f16_bits >> 10) & 0x1fu);
+    unsigned int mantissa = f16_bits & 0x3ffu;
+    if (exponent == 0x1f) return sign | 0x7f800000u | (mantissa << 13);
+    if (exponent == 0) {
+        if (mantissa == 0) return sign;
+        exponent = 1;
+        while (!(mantissa & 0x400u)) { mantissa <<= 1; --exponent; }  // normalise
+        mantissa &= 0x3ffu;
+    }
+    return sign | ((unsigned int)(exponent + 112) << 23) | (mantissa << 13);  // bias 15 -> 127
 }
 
-// HSCALE-OBJ-1: E = pairwise_sum(h * (d * d)), d = |w| - q*s; h == 0 (null) means h = 1.
+// The 7 E2M1 rounding thresholds m_k * s for the midpoints m = .25 .75 1.25 1.75 2.5 3.5 5
+// (NVFP4-E2M1-2), exact in float64.
+HS_FN void hs_make_thresholds(double s, double* t) {
+    t[0] = HS_MUL(0.25, s); t[1] = HS_MUL(0.75, s); t[2] = HS_MUL(1.25, s);
+    t[3] = HS_MUL(1.75, s); t[4] = HS_MUL(2.5, s); t[5] = HS_MUL(3.5, s); t[6] = HS_MUL(5.0, s);
+}
+
+// Magnitude code 0..7 of |w|: the number of thresholds it passes; a tie above an even code
+// stays (>), above an odd one moves up (>=).
+HS_FN int hs_magnitude_code(double a, const double* t) {
+    return (a > t[0]) + (a >= t[1]) + (a > t[2]) + (a >= t[3])
+         + (a > t[4]) + (a >= t[5]) + (a > t[6]);
+}
+
+// Twice the E2M1 magnitude, 2q in {0, 1, 2, 3, 4, 6, 8, 12}: the grid steps 0.5 0.5 0.5 0.5 1 1 2
+// summed over the thresholds passed (so no table lookup by code).
+HS_FN int hs_twice_magnitude(double a, const double* t) {
+    return (a > t[0]) + (a >= t[1]) + (a > t[2]) + (a >= t[3])
+         + 2 * ((a > t[4]) + (a >= t[5])) + 4 * (a > t[6]);
+}
+
+// HSCALE-OBJ-1: E = pairwise_sum(h * (d * d)), d = |w| - q*s; h null means h = 1 (1 * x = x).
 HS_FN double hs_group_error(const double* aw, const double* h, double s) {
     double t[7];
+    hs_make_thresholds(s, t);
+    const double s_over_2 = HS_MUL(0.5, s);  // exact
     double e[HS_GROUP];
-    hs_thresholds(s, t);
+#ifndef HSCALE_HOST_HARNESS
+#pragma unroll
+#endif
     for (int j = 0; j < HS_GROUP; ++j) {
-        double qs = HS_MUL(HS_E2M1[hs_magnitude_code(aw[j], t)], s);  // exact
-        double d = HS_SUB(aw[j], qs);
+        double q2 = (double)hs_twice_magnitude(aw[j], t);
+        double d = HS_FMA(-q2, s_over_2, aw[j]);  // |w| - q*s, q*s = 2q * s/2 exact: one rounding
         double dd = HS_MUL(d, d);
         e[j] = h ? HS_MUL(h[j], dd) : dd;
     }
+#ifndef HSCALE_HOST_HARNESS
+#pragma unroll
+#endif
     for (int step = 1; step < HS_GROUP; step *= 2)
         for (int j = 0; j < HS_GROUP; j += 2 * step)
             e[j] = HS_ADD(e[j], e[j + step]);  // ((e0+e1)+(e2+e3))+...
     return e[0];
 }
 
-HS_FN void hs_abs(const float* w, double* aw) {
-    for (int j = 0; j < HS_GROUP; ++j) aw[j] = fabs((double)w[j]);  // exact
+// NVFP4-E4M3-2: the E4M3 byte of a finite v >= 0, to nearest, ties to even, saturating at 0x7E.
+HS_FN int hs_e4m3_byte(double v) {
+    int binary_exponent;
+    frexp(v, &binary_exponent);  // v = f * 2^binary_exponent, f in [0.5, 1)
+    int quantum_exponent = (v < 0.015625 ? -6 : binary_exponent - 1) - 3;  // subnormals: 2^-9
+    double steps = ldexp(v, -quantum_exponent);  // exact
+    int byte = 8 * (quantum_exponent + 9) + (int)rint(steps);  // rint: half to even
+    return byte < HS_LAST_BYTE ? byte : HS_LAST_BYTE;
 }
 
-// The objective at each of k candidate bytes; scales[c] = s_g * e4m3(c), exact.
-HS_FN void hs_objectives_group(const float* w, const double* h, const double* scales,
-                               const unsigned char* candidates, int k, double* errors) {
+// NVFP4-INIT-1: the byte mapping amax_g onto top; a non-zero group gets at least 0x01.
+HS_FN int hs_range_byte(double amax, double sg, double top) {
+    int byte = hs_e4m3_byte(HS_DIV(amax, HS_MUL(top, sg)));  // top * s_g exact
+    return byte > 1 ? byte : 1;
+}
+
+// One group from its 16 weights (float32 bit patterns) to its bytes and codes.
+// scales[c] = s_g * e4m3(c), exact; window: 127 rows of k bytes, row c the distinct candidates
+// around initial byte c in priority order (the first is c itself), window_len[c] of them;
+// h null: the objective with h = 1.
+HS_FN void hs_quantize_group(const unsigned int* w, const double* h, const double* scales,
+                             double sg, int init_4over6, int search,
+                             const unsigned char* window, const unsigned char* window_len, int k,
+                             unsigned char* chosen, unsigned char* initial, unsigned char* codes) {
     double aw[HS_GROUP];
-    hs_abs(w, aw);
-    for (int r = 0; r < k; ++r) errors[r] = hs_group_error(aw, h, scales[candidates[r]]);
-}
-
-// HSCALE-WIN-1 .. HSCALE-ARGMIN-1: the window (a row of the window table, in priority order)
-// scanned keeping a candidate only when strictly smaller; a clipped duplicate of the
-// incumbent has its objective and cannot win.
-HS_FN unsigned char hs_search_group(const float* w, const double* h, const double* scales,
-                                    const unsigned char* window, int K) {
-    double aw[HS_GROUP];
-    hs_abs(w, aw);
-    unsigned char best = window[0];
-    double best_e = hs_group_error(aw, h, scales[best]);
-    for (int r = 1; r < K; ++r) {
-        unsigned char c = window[r];
-        if (c == best) continue;
-        double e = hs_group_error(aw, h, scales[c]);
-        if (e < best_e) { best_e = e; best = c; }
-    }
-    return best;
-}
-
-// NVFP4-E2M1-2, -3: the codes at the effective scale s.
-HS_FN void hs_encode_group(const float* w, double s, unsigned char* codes) {
-    double t[7];
-    hs_thresholds(s, t);
+    unsigned int amax_bits = 0;  // non-negative floats order as their bit patterns
     for (int j = 0; j < HS_GROUP; ++j) {
-        unsigned char sign = (unsigned char)((hs_float_bits(w[j]) >> 31) << 3);
-        codes[j] = (unsigned char)(sign | hs_magnitude_code(fabs((double)w[j]), t));
+        unsigned int magnitude = w[j] & ~HS_SIGN_BITS;
+        aw[j] = hs_magnitude_value(magnitude);
+        amax_bits = magnitude > amax_bits ? magnitude : amax_bits;
+    }
+    if (amax_bits == 0) {  // NVFP4-ZERO-1: byte 0x00, only the signs, no search
+        *chosen = 0;
+        *initial = 0;
+        for (int j = 0; j < HS_GROUP; ++j) codes[j] = (unsigned char)((w[j] >> 31) << 3);
+        return;
+    }
+    double amax = hs_magnitude_value(amax_bits);
+    int c0 = hs_range_byte(amax, sg, 6.0);  // NVFP4-INIT-1
+    if (init_4over6) {  // NVFP4-INIT-2: the byte at 4 only when strictly better (unweighted)
+        int c4 = hs_range_byte(amax, sg, 4.0);
+        if (hs_group_error(aw, 0, scales[c4]) < hs_group_error(aw, 0, scales[c0])) c0 = c4;
+    }
+    int best = c0;
+    if (search) {  // HSCALE-WIN-1 .. HSCALE-ARGMIN-1
+        const unsigned char* row = window + (long long)c0 * k;
+        int n = window_len[c0];
+        double best_e = hs_group_error(aw, h, scales[best]);
+        for (int r = 1; r < n; ++r) {
+            int c = row[r];
+            double e = hs_group_error(aw, h, scales[c]);
+            if (e < best_e) { best_e = e; best = c; }
+        }
+    }
+    *chosen = (unsigned char)best;
+    *initial = (unsigned char)c0;
+    double t[7];  // NVFP4-E2M1-2, -3: the codes at the chosen byte
+    hs_make_thresholds(scales[best], t);
+    for (int j = 0; j < HS_GROUP; ++j)
+        codes[j] = (unsigned char)(((w[j] >> 31) << 3) | hs_magnitude_code(aw[j], t));
+}
+
+// NVFP4-PACK-1: element 2i in the low nibble of byte i, as two little-endian 32-bit words.
+HS_FN void hs_pack_group(const unsigned char* codes, unsigned int* words) {
+    words[0] = 0;
+    words[1] = 0;
+    for (int j = 0; j < 8; ++j) {
+        words[0] |= (unsigned int)codes[j] << (4 * j);
+        words[1] |= (unsigned int)codes[8 + j] << (4 * j);
     }
 }
 
-// h of group g: h_groups rows of 16 (a row's pattern, or one row per group); null: h = 1.
-#define HS_H(h, g, h_groups) ((h) ? (h) + ((g) % (h_groups)) * HS_GROUP : 0)
+// |x| of a float32 as bits, NaN counted as +Inf (either is rejected).
+HS_FN unsigned int hs_amax_bits(unsigned int bits) {
+    unsigned int u = bits & ~HS_SIGN_BITS;
+    return u > 0x7f800000u ? 0x7f800000u : u;
+}
 
 #ifdef HSCALE_HOST_HARNESS
-// The same group functions looped on the host: for testing the kernel logic without a GPU.
-void hs_objectives_host(long long G, long long h_groups, const float* w, const double* h,
-                        const double* scales, const unsigned char* candidates, int k,
-                        double* errors) {
-    for (long long g = 0; g < G; ++g)
-        hs_objectives_group(w + g * HS_GROUP, HS_H(h, g, h_groups), scales, candidates + g * k,
-                            k, errors + g * k);
-}
-void hs_search_host(long long G, long long h_groups, const float* w, const double* h,
-                    const double* scales, const unsigned char* table, int K,
-                    const unsigned char* initial, unsigned char* chosen) {
-    for (long long g = 0; g < G; ++g)
-        chosen[g] = hs_search_group(w + g * HS_GROUP, HS_H(h, g, h_groups), scales,
-                                    table + (long long)initial[g] * K, K);
-}
-void hs_encode_host(long long G, const float* w, const double* scale, unsigned char* codes) {
-    for (long long g = 0; g < G; ++g) hs_encode_group(w + g * HS_GROUP, scale[g], codes + g * HS_GROUP);
-}
-#else
-HS_FN void hs_load_group(const float* w, long long g, float* out) {
-    const float4* w4 = reinterpret_cast<const float4*>(w + g * HS_GROUP);  // 64-byte aligned
-    for (int k = 0; k < 4; ++k) {
-        float4 v = w4[k];
-        out[4 * k] = v.x; out[4 * k + 1] = v.y; out[4 * k + 2] = v.z; out[4 * k + 3] = v.w;
+void hs_quantize_host(long long G, long long group_cols, const unsigned int* w, const double* h,
+                      const double* scales, double sg, int init_4over6, int search,
+                      const unsigned char* window, const unsigned char* window_len, int k,
+                      unsigned char* chosen, unsigned char* initial, unsigned char* packed,
+                      unsigned char* codes) {
+    for (long long g = 0; g < G; ++g) {
+        unsigned char cv[HS_GROUP];
+        unsigned int words[2];
+        hs_quantize_group(w + g * HS_GROUP, h ? h + (g % group_cols) * HS_GROUP : 0, scales, sg,
+                          init_4over6, search, window, window_len, k, chosen + g, initial + g, cv);
+        hs_pack_group(cv, words);
+        memcpy(packed + 8 * g, words, 8);  // x86-64 is little-endian, like the GPU
+        if (codes) memcpy(codes + HS_GROUP * g, cv, HS_GROUP);
     }
 }
-
-extern "C" __global__ void hs_objectives_kernel(
-        long long G, long long h_groups, const float* __restrict__ w,
-        const double* __restrict__ h, const double* __restrict__ scales,
-        const unsigned char* __restrict__ candidates, int k, double* __restrict__ errors) {
-    long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (g >= G) return;
-    float wv[HS_GROUP];
-    hs_load_group(w, g, wv);
-    hs_objectives_group(wv, HS_H(h, g, h_groups), scales, candidates + g * k, k, errors + g * k);
+void hs_amax_host(long long n, const unsigned int* w, unsigned int* result) {
+    unsigned int m = 0;
+    for (long long i = 0; i < n; ++i) { unsigned int u = hs_amax_bits(w[i]); m = u > m ? u : m; }
+    *result = m;
 }
-
-extern "C" __global__ void hs_search_kernel(
-        long long G, long long h_groups, const float* __restrict__ w,
-        const double* __restrict__ h, const double* __restrict__ scales,
-        const unsigned char* __restrict__ table, int K, const unsigned char* __restrict__ initial,
-        unsigned char* __restrict__ chosen) {
-    long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (g >= G) return;
-    float wv[HS_GROUP];
-    hs_load_group(w, g, wv);
-    chosen[g] = hs_search_group(wv, HS_H(h, g, h_groups), scales,
-                                table + (long long)initial[g] * K, K);
+void hs_widen_f16_host(long long n, const unsigned short* in, unsigned int* out) {
+    for (long long i = 0; i < n; ++i) out[i] = hs_f16_to_f32_bits(in[i]);
 }
-
-extern "C" __global__ void hs_encode_kernel(
-        long long G, const float* __restrict__ w, const double* __restrict__ scale,
+#else
+extern "C" __global__ void hs_quantize_kernel(
+        long long G, long long group_cols, const unsigned int* __restrict__ w,
+        const double* __restrict__ h, const double* __restrict__ scales, double sg,
+        int init_4over6, int search, const unsigned char* __restrict__ window,
+        const unsigned char* __restrict__ window_len, int k, unsigned char* __restrict__ chosen,
+        unsigned char* __restrict__ initial, unsigned char* __restrict__ packed,
         unsigned char* __restrict__ codes) {
     long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= G) return;
-    float wv[HS_GROUP];
-    hs_load_group(w, g, wv);
+    unsigned int wv[HS_GROUP];
+    const uint4* w4 = reinterpret_cast<const uint4*>(w) + 4 * g;  // 64-byte aligned groups
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        uint4 v = w4[q];
+        wv[4 * q] = v.x; wv[4 * q + 1] = v.y; wv[4 * q + 2] = v.z; wv[4 * q + 3] = v.w;
+    }
+    double hv[HS_GROUP];
+    if (h) {
+        const double2* h2 = reinterpret_cast<const double2*>(h + (g % group_cols) * HS_GROUP);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) { double2 v = h2[q]; hv[2 * q] = v.x; hv[2 * q + 1] = v.y; }
+    }
     unsigned char cv[HS_GROUP];
-    hs_encode_group(wv, scale[g], cv);
-    uint4 packed;  // the 16 codes of the group, one 16-byte store
-    packed.x = cv[0] | (cv[1] << 8) | (cv[2] << 16) | ((unsigned int)cv[3] << 24);
-    packed.y = cv[4] | (cv[5] << 8) | (cv[6] << 16) | ((unsigned int)cv[7] << 24);
-    packed.z = cv[8] | (cv[9] << 8) | (cv[10] << 16) | ((unsigned int)cv[11] << 24);
-    packed.w = cv[12] | (cv[13] << 8) | (cv[14] << 16) | ((unsigned int)cv[15] << 24);
-    reinterpret_cast<uint4*>(codes)[g] = packed;
+    unsigned char best, c0;
+    hs_quantize_group(wv, h ? hv : 0, scales, sg, init_4over6, search, window, window_len, k,
+                      &best, &c0, cv);
+    chosen[g] = best;
+    initial[g] = c0;
+    unsigned int words[2];
+    hs_pack_group(cv, words);
+    reinterpret_cast<uint2*>(packed)[g] = make_uint2(words[0], words[1]);
+    if (codes) {
+        uint4 c;
+        c.x = cv[0] | (cv[1] << 8) | (cv[2] << 16) | ((unsigned int)cv[3] << 24);
+        c.y = cv[4] | (cv[5] << 8) | (cv[6] << 16) | ((unsigned int)cv[7] << 24);
+        c.z = cv[8] | (cv[9] << 8) | (cv[10] << 16) | ((unsigned int)cv[11] << 24);
+        c.w = cv[12] | (cv[13] << 8) | (cv[14] << 16) | ((unsigned int)cv[15] << 24);
+        reinterpret_cast<uint4*>(codes)[g] = c;
+    }
+}
+
+// max |w| over n float32 bit patterns (n a multiple of 4), NaN and Inf as +Inf, into *result
+// (set to 0 first).
+extern "C" __global__ void hs_amax_kernel(long long n, const unsigned int* __restrict__ w,
+                                          unsigned int* __restrict__ result) {
+    unsigned int m = 0;
+    const uint4* w4 = reinterpret_cast<const uint4*>(w);
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n / 4;
+         i += (long long)gridDim.x * blockDim.x) {
+        uint4 v = w4[i];
+        m = max(m, max(max(hs_amax_bits(v.x), hs_amax_bits(v.y)),
+                       max(hs_amax_bits(v.z), hs_amax_bits(v.w))));
+    }
+    for (int offset = 16; offset > 0; offset >>= 1)
+        m = max(m, __shfl_xor_sync(0xffffffffu, m, offset));
+    if ((threadIdx.x & 31) == 0) atomicMax(result, m);
+}
+
+extern "C" __global__ void hs_widen_f16_kernel(long long n, const unsigned short* __restrict__ in,
+                                               unsigned int* __restrict__ out) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x)
+        out[i] = hs_f16_to_f32_bits(in[i]);
 }
 #endif
 """
-KERNELS = ("hs_objectives", "hs_search", "hs_encode")
+KERNELS = ("hs_quantize", "hs_amax", "hs_widen_f16")
 
 
 def _import_cupy():
@@ -229,8 +348,12 @@ def _import_cupy():
     return cupy, ""
 
 
+def _cuda_version(code: int) -> str:
+    return f"{code // 1000}.{code % 1000 // 10}"
+
+
 class CupyBackend:
-    """H-Scale NVFP4 quantization with CUDA kernels (cuda device 0)."""
+    """H-Scale NVFP4 quantization with one fused CUDA kernel (cuda device 0)."""
 
     name = "cupy"
     capabilities = CAPABILITIES
@@ -255,84 +378,155 @@ class CupyBackend:
                            f"{type(exc).__name__}: {exc}")
         if count < 1:
             return False, "cupy backend needs a CUDA device: cupy sees 0 devices"
+        try:
+            driver = cupy.cuda.runtime.driverGetVersion()
+            runtime = cupy.cuda.runtime.runtimeGetVersion()
+        except Exception as exc:  # noqa: BLE001
+            return False, f"cupy backend: cannot read the CUDA versions: {exc}"
+        if driver // 1000 < runtime // 1000:
+            return False, (f"cupy backend: this CuPy is built for CUDA {_cuda_version(runtime)} "
+                           f"but the driver supports CUDA {_cuda_version(driver)}; install the "
+                           f"CuPy wheel of the driver's CUDA major version "
+                           f"(pip install cupy-cuda{driver // 1000}x, or the project extra "
+                           f"'cuda{driver // 1000}')")
         return True, ""
 
-    def quantize(self, weight, hessian_diag=None, **options):
+    def runtime(self) -> "CudaRuntime":
         ok, why = self.available()
         if not ok:
             raise RuntimeError(f"backend 'cupy' is not available: {why}")
         if self._runtime is None:
             self._runtime = CudaRuntime()
-        return CupyQuantizer(self._runtime).quantize(weight, hessian_diag, **options)
+        return self._runtime
+
+    def quantize(self, weight, hessian_diag=None, **options):
+        return FusedQuantizer(self.runtime()).quantize(weight, hessian_diag, **options)
+
+    def quantize_on_device(self, weight, hessian_diag=None, **options) -> "DeviceResult":
+        """``quantize`` for a weight already on the GPU (see the module docstring)."""
+        return FusedQuantizer(self.runtime()).quantize_on_device(weight, hessian_diag, **options)
 
 
-class CupyQuantizer(Quantizer):
-    """The reference pipeline with the kernels of ``KERNEL_SOURCE`` as its hot steps, on a
-    runtime that launches them (``CudaRuntime``, or ``HostRuntime`` for tests)."""
+@dataclass(frozen=True, eq=False)
+class DeviceResult:
+    """What ``hs_quantize_kernel`` wrote, as arrays of the runtime (CuPy arrays on a GPU):
+    ``packed`` uint8 (m, n/2), ``scale_bytes`` and ``initial_bytes`` uint8 (m, n/16), ``codes``
+    uint8 (m, n) or None when not asked for; ``global_scale`` the dequantization multiplier."""
 
-    block_groups = 1 << 22  # a GPU wants large launches; the host harness does not mind
+    packed: object
+    scale_bytes: object
+    initial_bytes: object
+    codes: object
+    global_scale: np.float32
+    options: Options
+
+    def to_host(self, runtime) -> QuantizedWeight:
+        """The reference's result record, on the host (delta by the reference's rule)."""
+        scale_bytes = runtime.to_host(self.scale_bytes)
+        initial = runtime.to_host(self.initial_bytes)
+        packed = runtime.to_host(self.packed)
+        codes = unpack_codes(packed) if self.codes is None else runtime.to_host(self.codes)
+        o = self.options
+        return QuantizedWeight(codes=codes, packed=packed, scale_bytes=scale_bytes,
+                               global_scale=self.global_scale,
+                               delta=reported_delta(scale_bytes, initial), method=o.method,
+                               init=o.init, K=o.K, U=o.U, scale_ceiling=o.scale_ceiling,
+                               initial_bytes=initial)
+
+
+class FusedQuantizer(Quantizer):
+    """The reference pipeline with every per-group step in ``hs_quantize_kernel``, on a runtime
+    that launches it (``CudaRuntime``, or ``HostRuntime`` for tests)."""
 
     def __init__(self, runtime):
         self.runtime = runtime
-        self.scale_table = None
 
-    def load_groups(self, block_weight: np.ndarray) -> np.ndarray:
-        """The block's groups as float32 (an exact widening of float16 and bfloat16)."""
-        rows, cols = block_weight.shape
-        return block_weight.astype(np.float32).reshape(rows, cols // GROUP, GROUP)
+    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16, U=6,
+                 scale_ceiling=448.0, global_scale=None) -> QuantizedWeight:
+        weight, h, options, given_scale = self.validate(weight, hessian_diag, method, init, K, U,
+                                                        scale_ceiling, global_scale)
+        device_weight = self.runtime.upload_weight(weight)
+        result = self.run(device_weight, h, options, given_scale, codes=True)
+        return result.to_host(self.runtime)
 
-    def _scales(self, s_g):
-        if self.scale_table is None:  # s_g * e4m3(c) for bytes 0..126, exact in float64
-            self.scale_table = self.runtime.to_device(SCALE_BYTE_VALUES * float(s_g))
-        return self.scale_table
+    def quantize_on_device(self, weight, hessian_diag=None, *, method="hscale", init="maxabs",
+                           K=16, U=6, scale_ceiling=448.0, global_scale=None,
+                           codes=False) -> DeviceResult:
+        """The arguments checked as the reference checks them (NVFP4-IN-1 .. -5, in its order),
+        the weight's values on the device; ``codes=True`` also keeps the unpacked codes."""
+        method = validation.check_choice("method", method, validation.METHODS)
+        init = validation.check_choice("init", init, validation.INITS)
+        device_weight = self.runtime.device_weight(weight)  # NVFP4-IN-1: dtype and shape
+        K, U = validation.check_window(K, U)
+        scale_ceiling = validation.check_scale_ceiling(scale_ceiling)
+        h = validation.check_method_hessian(_host(hessian_diag), method, device_weight.shape[1])
+        if global_scale is not None:
+            global_scale = validation.check_global_scale(global_scale)
+        return self.run(device_weight, h, Options(method, init, K, U, scale_ceiling),
+                        global_scale, codes=codes, check_finite=True)
 
-    def _groups(self, groups):
-        return self.runtime.to_device(np.ascontiguousarray(np.reshape(groups, (-1, GROUP)),
-                                                           np.float32))
+    def run(self, weight, h, options: Options, given_scale, *, codes: bool,
+            check_finite: bool = False) -> DeviceResult:
+        """Every group of ``weight`` (m, n), float32 bit patterns on the runtime, through the
+        kernel."""
+        rt = self.runtime
+        rows, cols = weight.shape
+        if check_finite or given_scale is None:
+            amax = rt.amax(weight)
+            if not np.isfinite(amax):  # NVFP4-IN-1: the reference names the first bad index
+                validation.check_weight_finite(rt.to_host(weight).view(np.float32))
+                raise AssertionError("hs_amax_kernel saw a non-finite weight that numpy did not")
+        s_g = (given_scale if given_scale is not None
+               else compute_global_scale(amax, options.scale_ceiling))  # NVFP4-GS-1, -2
+        window, window_len, k = self.windows(options.K, options.U)
+        G = rows * (cols // GROUP)
+        chosen = rt.empty((rows, cols // GROUP), np.uint8)
+        initial = rt.empty((rows, cols // GROUP), np.uint8)
+        packed = rt.empty((rows, cols // 2), np.uint8)
+        code_array = rt.empty((rows, cols), np.uint8) if codes else None
+        weighted = options.method == "hscale"  # HSCALE-METHOD-1: scale-only searches with h = 1
+        rt.launch("hs_quantize", G, np.int64(G), np.int64(cols // GROUP), weight,
+                  rt.to_device(h) if weighted else None,
+                  rt.to_device(SCALE_BYTE_VALUES * float(s_g)), np.float64(s_g),
+                  np.int32(options.init == "4over6"), np.int32(options.method != "rtn"),
+                  window, window_len, np.int32(k),
+                  chosen, initial, packed, code_array)
+        return DeviceResult(packed, chosen, initial, code_array, np.float32(s_g), options)
 
-    def _h(self, h, groups):
-        """(device h, h_groups): rows of 16 indexed by group g modulo h_groups; None for h = 1."""
-        if h is None or (np.ndim(h) == 1 and np.all(np.asarray(h) == 1)):
-            return None, 1
-        h = np.asarray(h, dtype=np.float64)
-        if h.ndim == 2 and np.ndim(groups) == 3 and h.shape[0] == np.shape(groups)[1]:
-            return self.runtime.to_device(h), h.shape[0]  # a row's pattern, repeating
-        full = np.broadcast_to(h, np.shape(groups)).reshape(-1, GROUP)
-        return self.runtime.to_device(full), full.shape[0]
+    def windows(self, K: int, U: int):
+        """(window rows, row lengths, k) on the runtime, made once per (K, U) from the
+        reference's window table (``distinct_windows``)."""
+        cached = self.runtime.windows.get((K, U))
+        if cached is None:
+            table, counts = distinct_windows(self.window_table(K, U))
+            cached = (self.runtime.to_device(table), self.runtime.to_device(counts),
+                      table.shape[1])
+            self.runtime.windows[(K, U)] = cached
+        return cached
 
-    def candidate_objectives(self, groups, h, candidates, s_g) -> np.ndarray:
-        k = candidates.shape[-1]
-        w = self._groups(groups)
-        G = int(np.prod(candidates.shape[:-1]))
-        h_dev, h_groups = self._h(h, groups)
-        errors = self.runtime.empty((G, k), np.float64)
-        self.runtime.launch("hs_objectives", G, np.int64(G), np.int64(h_groups), w, h_dev,
-                            self._scales(s_g),
-                            self.runtime.to_device(np.ascontiguousarray(candidates, np.uint8)),
-                            np.int32(k), errors)
-        return self.runtime.to_host(errors).reshape(candidates.shape)
 
-    def search(self, groups, h, initial, s_g, context) -> np.ndarray:
-        table = context["window"]
-        G = int(np.prod(np.shape(initial)))
-        h_dev, h_groups = self._h(h, groups)
-        chosen = self.runtime.empty((G,), np.uint8)
-        self.runtime.launch("hs_search", G, np.int64(G), np.int64(h_groups), self._groups(groups),
-                            h_dev, self._scales(s_g),
-                            self.runtime.to_device(np.ascontiguousarray(table, np.uint8)),
-                            np.int32(table.shape[1]),
-                            self.runtime.to_device(np.ascontiguousarray(initial, np.uint8)),
-                            chosen)
-        return self.runtime.to_host(chosen).reshape(np.shape(initial))
+def distinct_windows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The window table (127, k) in priority order with each row's repeated bytes (the clipped
+    ends) dropped, left-aligned, and the number kept per row. A repeat scores exactly as its
+    first occurrence, so it never replaces the running minimum (HSCALE-ARGMIN-1)."""
+    distinct = np.zeros_like(table)
+    counts = np.zeros(table.shape[0], np.uint8)
+    for c, row in enumerate(table):
+        _, first = np.unique(row, return_index=True)
+        kept = row[np.sort(first)]
+        distinct[c, :kept.size] = kept
+        counts[c] = kept.size
+    return np.ascontiguousarray(distinct), counts
 
-    def encode(self, groups, scale) -> np.ndarray:
-        G = int(np.prod(np.shape(groups)[:-1]))
-        scale = np.ascontiguousarray(np.broadcast_to(scale, np.shape(groups)[:-1] + (1,))
-                                     .reshape(-1), np.float64)
-        codes = self.runtime.empty((G, GROUP), np.uint8)
-        self.runtime.launch("hs_encode", G, np.int64(G), self._groups(groups),
-                            self.runtime.to_device(scale), codes)
-        return self.runtime.to_host(codes).reshape(np.shape(groups))
+
+def _host(h):
+    """h for the reference's validation: a device array is copied to the host (n values)."""
+    if h is None or isinstance(h, np.ndarray):
+        return h
+    if hasattr(h, "__cuda_array_interface__"):
+        import cupy
+        return cupy.asnumpy(cupy.asarray(h))
+    return h
 
 
 class CudaRuntime:
@@ -341,8 +535,54 @@ class CudaRuntime:
     def __init__(self):
         import cupy
         self.cupy = cupy
-        module = cupy.RawModule(code=KERNEL_SOURCE, options=("--std=c++14",))
+        # --fmad=false: belt and braces, every float64 operation is an explicit intrinsic.
+        # (CuPy appends -ftz=true to any options: the kernels do no float32 arithmetic.)
+        module = cupy.RawModule(code=KERNEL_SOURCE, options=("--std=c++14", "--fmad=false"))
         self.kernels = {name: module.get_function(f"{name}_kernel") for name in KERNELS}
+        self.threads_per_block = THREADS_PER_BLOCK
+        self.windows = {}  # (K, U) -> window arrays on the device
+        device = cupy.cuda.Device()
+        self.amax_blocks = 8 * device.attributes["MultiProcessorCount"]
+
+    def upload_weight(self, weight: np.ndarray):
+        """A validated numpy weight as float32 on the device, widened there exactly and by
+        bits (float16 by ``hs_widen_f16``, bfloat16 as the top half of a float32)."""
+        return self.widen(self.cupy.asarray(np.ascontiguousarray(weight).view(
+            np.uint16 if weight.dtype.itemsize == 2 else np.uint32)), weight.dtype)
+
+    def device_weight(self, weight):
+        """A device weight as contiguous float32 bits, its dtype and shape checked
+        (NVFP4-IN-1; bfloat16 has no CuPy dtype, so it comes from the host or as float32)."""
+        cp = self.cupy
+        if not (isinstance(weight, cp.ndarray) or hasattr(weight, "__cuda_array_interface__")):
+            raise ValueError(f"weight: expected a CUDA array (cupy, or with "
+                             f"__cuda_array_interface__), got {type(weight).__name__}; "
+                             "numpy weights go to quantize() (spec NVFP4-IN-1)")
+        weight = cp.asarray(weight)
+        validation.check_weight_layout(np.dtype(weight.dtype), weight.shape)
+        return self.widen(cp.ascontiguousarray(weight).view(
+            cp.uint16 if weight.dtype.itemsize == 2 else cp.uint32), np.dtype(weight.dtype))
+
+    def widen(self, bits, dtype):
+        """float32 bit patterns (uint32, the shape of ``bits``) of weights of ``dtype`` given
+        as their own bit patterns."""
+        cp = self.cupy
+        if dtype == np.float32:
+            return bits
+        if dtype == ml_dtypes.bfloat16:
+            return bits.astype(cp.uint32) << 16  # integer work: exact
+        out = cp.empty(bits.shape, cp.uint32)
+        self.kernels["hs_widen_f16"]((self.amax_blocks,), (256,),
+                                     (np.int64(bits.size), bits, out))
+        return out
+
+    def amax(self, weight) -> float:
+        """max |w| of a float32 device array (+inf if any element is NaN or Inf)."""
+        cp = self.cupy
+        result = cp.zeros(1, cp.uint32)
+        self.kernels["hs_amax"]((self.amax_blocks,), (256,), (np.int64(weight.size), weight,
+                                                               result))
+        return float(result.get().view(np.float32)[0])  # bits of a finite float or +Inf
 
     def to_device(self, array):
         return self.cupy.asarray(array)
@@ -354,9 +594,9 @@ class CudaRuntime:
         return self.cupy.asnumpy(array)
 
     def launch(self, name, groups, *args):
-        blocks = (groups + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+        blocks = (groups + self.threads_per_block - 1) // self.threads_per_block
         if blocks:
-            self.kernels[name]((blocks,), (THREADS_PER_BLOCK,), args)
+            self.kernels[name]((blocks,), (self.threads_per_block,), args)
 
 
 class HostRuntime:
@@ -365,6 +605,26 @@ class HostRuntime:
 
     def __init__(self, library):
         self.library = library
+        self.windows = {}
+
+    def upload_weight(self, weight):
+        if weight.dtype == np.float16:  # by the kernel source's own widening
+            bits = np.ascontiguousarray(weight).view(np.uint16)
+            out = np.empty(bits.shape, np.uint32)
+            self.library.hs_widen_f16_host(bits.size, bits.ctypes.data, out.ctypes.data)
+            return out
+        if weight.dtype == ml_dtypes.bfloat16:
+            return np.ascontiguousarray(weight).view(np.uint16).astype(np.uint32) << 16
+        return np.ascontiguousarray(weight).view(np.uint32)
+
+    def device_weight(self, weight):
+        validation.check_weight_layout(np.asarray(weight).dtype, np.shape(weight))
+        return self.upload_weight(weight)
+
+    def amax(self, weight) -> float:
+        result = np.zeros(1, np.uint32)
+        self.library.hs_amax_host(weight.size, weight.ctypes.data, result.ctypes.data)
+        return float(result.view(np.float32)[0])
 
     def to_device(self, array):
         return np.ascontiguousarray(array)
@@ -395,17 +655,17 @@ def host_harness_library(cc: str = "gcc"):
     with open(src, "w") as f:
         f.write(KERNEL_SOURCE)
     cmd = [cc, "-O2", "-std=c99", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared",
-           "-DHSCALE_HOST_HARNESS", "-o", lib, src]
+           "-DHSCALE_HOST_HARNESS", "-o", lib, src, "-lm"]
     try:
         subprocess.run(cmd, check=True, capture_output=True, text=True)
     except (OSError, subprocess.CalledProcessError) as exc:
         detail = getattr(exc, "stderr", "") or str(exc)
         raise RuntimeError(f"cannot build the host harness with {cc}: {detail}") from exc
     dll = ctypes.CDLL(lib)
-    p, i64, i32 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
-    dll.hs_objectives_host.argtypes = [i64, i64, p, p, p, p, i32, p]
-    dll.hs_search_host.argtypes = [i64, i64, p, p, p, p, i32, p, p]
-    dll.hs_encode_host.argtypes = [i64, p, p, p]
+    p, i64, i32, f64 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_double
+    dll.hs_quantize_host.argtypes = [i64, i64, p, p, p, f64, i32, i32, p, p, i32, p, p, p, p]
+    dll.hs_amax_host.argtypes = [i64, p, p]
+    dll.hs_widen_f16_host.argtypes = [i64, p, p]
     for name in KERNELS:
         getattr(dll, f"{name}_host").restype = None
     _HARNESS[cc] = dll
@@ -413,11 +673,42 @@ def host_harness_library(cc: str = "gcc"):
 
 
 def quantize_with_host_harness(weight, hessian_diag=None, **options):
-    """``quantize`` by ``CupyQuantizer`` with the kernels compiled for the host (slow, single
+    """``quantize`` by ``FusedQuantizer`` with the kernels compiled for the host (slow, single
     thread): everything the GPU backend runs except NVRTC and the device."""
-    return CupyQuantizer(HostRuntime(host_harness_library())).quantize(weight, hessian_diag,
-                                                                       **options)
+    runtime = HostRuntime(host_harness_library())
+    return FusedQuantizer(runtime).quantize(weight, hessian_diag, **options)
 
 
 def create():
     return CupyBackend()
+
+
+
+class HostHarnessBackend:
+    """The cupy backend's kernels compiled for the host, behind the backend protocol: the
+    conformance suite runs the GPU backend's logic on machines without a GPU
+    (``pytest conformance --backend hscale.backends.cupy_backend:create_host_harness``)."""
+
+    name = "cupy-host-harness"
+    capabilities = CAPABILITIES
+
+    @property
+    def version(self) -> str:
+        return (f"hscale.backends.cupy_backend {__version__}, kernels built by gcc "
+                "(-DHSCALE_HOST_HARNESS)")
+
+    def available(self):
+        try:
+            host_harness_library()
+        except RuntimeError as exc:
+            return False, str(exc)
+        return True, ""
+
+    def quantize(self, weight, hessian_diag=None, **options):
+        return quantize_with_host_harness(weight, hessian_diag, **options)
+
+
+def create_host_harness():
+    return HostHarnessBackend()
+
+assert LADDER_LAST_BYTE == 0x7E == len(SCALE_BYTE_VALUES) - 1  # the kernel's HS_LAST_BYTE
