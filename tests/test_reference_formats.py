@@ -178,11 +178,22 @@ def test_ml_dtypes_e4m3_cast_gives_nan_above_464_where_the_spec_saturates():
     assert list(encode_e4m3(x[:3])) == [0x7E, 0x7E, 0x7E]
 
 
-def test_torch_e4m3_cast_saturates_on_cpu():
+def test_torch_e4m3_cast_above_464_depends_on_the_torch_version():
+    """torch's float8_e4m3fn cast of a CPU tensor above 464 (the midpoint past 448): NaN with
+    torch 2.11 (seen on the GPU machine's torch 2.11.0+cu130), 448 with torch 2.13 (the CPU
+    build here). The spec saturates (NVFP4-E4M3-2): a checkpoint writer cannot rely on the cast."""
     torch = pytest.importorskip("torch")
     x = torch.tensor([464.5, 1000.0, float("inf"), float("nan")], dtype=torch.float64)
     out = x.to(torch.float8_e4m3fn).to(torch.float64)
-    assert out[:3].tolist() == [448.0, 448.0, 448.0] and torch.isnan(out[3])
+    assert torch.isnan(out[3])
+    version = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    if version >= (2, 13):
+        assert out[:3].tolist() == [448.0, 448.0, 448.0]
+    elif version <= (2, 11):
+        assert torch.isnan(out[:3]).all(), out
+    else:
+        pytest.skip(f"torch {torch.__version__}: its e4m3 cast above 464 was not recorded "
+                    "(NaN on 2.11, 448 on 2.13)")
 
 
 def test_ml_dtypes_e2m1_cast_turns_nan_into_negative_zero_where_the_spec_rejects_nan():
