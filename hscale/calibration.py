@@ -191,7 +191,7 @@ class HessianDiagCollector:
                     )
             x64 = rows.to(torch.float64)
             acc = self._acc[name]
-            acc += (x64 * x64).sum(dim=0).to(acc.device)
+            acc += (x64 * x64).sum(dim=0).to(acc.device)  # HSCALE-CAL-1: h_j = sum of x_j^2
             if self.full:
                 gram = self._gram[name]
                 gram += (x64.T @ x64).to(gram.device)

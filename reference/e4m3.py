@@ -39,7 +39,7 @@ def decode_e4m3_byte(byte: int) -> float:
     return sign * (1.0 + mantissa_field / 8.0) * 2.0 ** (exponent_field - EXPONENT_BIAS)
 
 
-# Value of every byte 0x00..0xFF, built from the rule above.
+# Value of every byte 0x00..0xFF, built from the rule above (NVFP4-E4M3-1).
 E4M3_VALUES = np.array([decode_e4m3_byte(b) for b in range(256)], dtype=np.float64)
 
 # Value of each non-negative scale byte 0x00..0x7E: 0x00 (zero groups) then the ladder. These

@@ -49,7 +49,7 @@ def swizzle_scale_bytes(scale_bytes: np.ndarray) -> np.ndarray:
     rows, scale_cols = scale_bytes.shape
     out = np.zeros(swizzled_size(rows, scale_cols), dtype=np.uint8)  # padding is 0x00
     row, col = np.indices((rows, scale_cols))
-    out[swizzle_offset(row, col, scale_cols)] = scale_bytes
+    out[swizzle_offset(row, col, scale_cols)] = scale_bytes  # NVFP4-PACK-3
     return out
 
 

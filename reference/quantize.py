@@ -140,11 +140,12 @@ class Quantizer:
                  scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None) -> QuantizedWeight:
         weight, h, options, given_scale = self.validate(weight, hessian_diag, method, init, K, U,
                                                         scale_ceiling, global_scale)
+        # NVFP4-GS-3: a caller's s_g is used unchanged; else NVFP4-GS-1 from the tensor's amax
         s_g = given_scale if given_scale is not None else self.global_scale(weight, options)
         rows, cols = weight.shape
         group_cols = cols // GROUP_SIZE
         codes = np.empty((rows, cols), dtype=np.uint8)
-        chosen = np.empty((rows, group_cols), dtype=np.uint8)
+        chosen = np.empty((rows, group_cols), dtype=np.uint8)  # NVFP4-PACK-2: (m, n/16), row-major
         initial = np.empty((rows, group_cols), dtype=np.uint8)
         context = self.prepare(options)
 
