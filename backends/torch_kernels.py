@@ -48,8 +48,11 @@ MAGIC = float(2 ** 51)  # C = 2^51 * clamp(x, 1, 6): ulp(C) is the E2M1 spacing 
 
 def as_tensor(torch, array: np.ndarray):
     """A torch view of a float32 / float16 / ml_dtypes.bfloat16 / float64 numpy array (no copy
-    when it is contiguous)."""
+    when it is contiguous). A view with a negative stride is copied: numpy calls a reversed
+    single row contiguous, torch.from_numpy refuses it."""
     array = np.ascontiguousarray(array)
+    if any(stride < 0 for stride in array.strides):
+        array = array.copy(order="C")
     with warnings.catch_warnings():  # a read-only array: the kernels only ever read their inputs
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         if array.dtype == ml_dtypes.bfloat16:

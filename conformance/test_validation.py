@@ -46,6 +46,13 @@ WEIGHT_CASES = {
     "inf-fp16": (q(weight=_w(np.float16, np.inf, (1, 0)), method="rtn"), (1, 0)),
     "first-of-two": (q(weight=np.where(np.arange(64).reshape(2, 32) % 9 == 4, np.nan, 1.0)
                        .astype(np.float32), method="rtn"), (0, 4)),
+    # a masked array's mask would be ignored, NaN under it included; numpy.matrix redefines
+    # indexing: both refused whatever their values (NVFP4-IN-1)
+    "masked": (q(weight=np.ma.masked_array(GOOD_W, mask=GOOD_W > 1), method="rtn"), None),
+    "masked-nan": (q(weight=np.ma.masked_invalid(_w(bad=np.nan)), method="rtn"), None),
+    "matrix": (q(weight=np.asmatrix(GOOD_W), method="rtn"), None),
+    # the first NaN in the view's own row-major order
+    "nan-in-reversed-view": (q(weight=_w(bad=np.nan, at=(0, 3))[::-1], method="rtn"), (1, 3)),
 }
 
 
@@ -93,6 +100,15 @@ SCALE_CASES = {
     "sg-overflows": (dict(global_scale=float(np.float32(1e36))), "global_scale"),
     "C=inf": (dict(scale_ceiling=float("inf")), "scale_ceiling"),
     "C-string": (dict(scale_ceiling="448"), "scale_ceiling"),
+    # numpy scalars that float() would take, or half-take, but are not real numbers
+    "sg=np.True_": (dict(global_scale=np.True_), "global_scale"),
+    "sg=np.str_": (dict(global_scale=np.str_("0.5")), "global_scale"),
+    "sg=np.bytes_": (dict(global_scale=np.bytes_(b"0.5")), "global_scale"),
+    "sg-complex": (dict(global_scale=np.complex128(0.5 + 1j)), "global_scale"),
+    "sg-datetime64": (dict(global_scale=np.datetime64("2020")), "global_scale"),
+    "sg=10**400": (dict(global_scale=10 ** 400), "global_scale"),
+    "C-complex": (dict(scale_ceiling=np.complex128(448 + 1j)), "scale_ceiling"),
+    "C=10**400": (dict(scale_ceiling=10 ** 400), "scale_ceiling"),
 }
 
 
@@ -108,6 +124,8 @@ CHOICE_CASES = {
     "method=None": (dict(method=None), "method"),
     "init=None": (dict(method="rtn", init=None), "init"),
     "init=4over6 ": (dict(method="rtn", init="4over6 "), "init"),
+    "method=array": (dict(method=np.array(["rtn", "hscale"])), "method"),
+    "init=bytes": (dict(method="rtn", init=b"maxabs"), "init"),
 }
 
 
@@ -119,7 +137,7 @@ def test_bad_method_or_init(checker, name):
 
 
 @pytest.mark.clause("NVFP4-GS-2")
-@pytest.mark.parametrize("ceiling", [1.0, 7.0])
+@pytest.mark.parametrize("ceiling", [1.0, 7.0, 1e-300, 5e-324])
 def test_computed_global_scale_that_would_overflow_is_rejected(checker, ceiling):
     """amax near the fp32 maximum with a small scale ceiling: fp32(6 * 448 * s_g) would be
     infinite, so the tensor is rejected (NVFP4-GS-2)."""

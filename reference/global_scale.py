@@ -7,6 +7,7 @@ divided by ``6 * s_g``, lands on the scale ceiling ``C`` of the E4M3 ladder.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -15,6 +16,9 @@ DEFAULT_SCALE_CEILING = 448.0  # ModelOpt, torchao, TransformerEngine
 FOUR_OVER_SIX_SCALE_CEILING = 256.0  # the 4over6 reference: leaves E4M3 headroom
 FP32_SMALLEST_NORMAL = 2.0 ** -126
 FP32_MANTISSA_BITS = 23
+# The smallest real that rounds to +inf in fp32 (ties to even): 2^128 - 2^103, halfway between
+# the largest finite fp32 value and 2^128.
+FP32_OVERFLOW_THRESHOLD = Fraction(2) ** 128 - Fraction(2) ** 103
 # The largest dequantized magnitude is 6 (E2M1) * 448 (E4M3) * s_g.
 LARGEST_PRODUCT_OF_CODES = 6 * 448
 
@@ -50,7 +54,10 @@ def compute_global_scale(amax: float, scale_ceiling: float = DEFAULT_SCALE_CEILI
     exact_quotient = Fraction(float(amax)) / (6 * Fraction(float(scale_ceiling)))  # NVFP4-GS-1
     if exact_quotient < FP32_SMALLEST_NORMAL:
         return np.float32(FP32_SMALLEST_NORMAL)  # NVFP4-GS-2
-    global_scale = fraction_to_fp32(exact_quotient)  # NVFP4-GS-1
+    # A quotient beyond fp32 (a tiny scale ceiling) rounds to inf: rejected below, without
+    # converting the fraction to a float first (it can exceed even float64).
+    global_scale = (math.inf if exact_quotient >= FP32_OVERFLOW_THRESHOLD
+                    else fraction_to_fp32(exact_quotient))  # NVFP4-GS-1
     if not dequantizes_finitely(global_scale):
         raise ValueError(f"global scale: amax = {float(amax)!r} with scale_ceiling = "
                          f"{float(scale_ceiling)!r} gives s_g = {global_scale!r}, and 6 * 448 * s_g "

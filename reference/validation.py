@@ -1,7 +1,8 @@
 """Input validation (spec clauses NVFP4-IN-1 .. NVFP4-IN-5).
 
 Bad input is rejected with a ``ValueError`` that names the argument, the first offending index
-and the rule broken. Nothing is silently clamped or converted.
+and the rule broken, and cites the clause. Nothing is silently clamped or converted, and values
+are shown as Python writes them.
 """
 
 from __future__ import annotations
@@ -27,11 +28,59 @@ def _index_text(index: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(i) for i in index) + "]"
 
 
+def _type_name(value) -> str:
+    cls = type(value)
+    return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _shown(value) -> str:
+    """A value as a message shows it: numbers as Python writes them (never a numpy repr such as
+    ``np.float64(0.1)``), arrays by dtype and shape, anything long cut short."""
+    if isinstance(value, np.ndarray):
+        return f"<{_type_name(value)} of dtype {value.dtype}, shape {value.shape}>"
+    if isinstance(value, (np.datetime64, np.timedelta64)):
+        return f"{type(value).__name__}({str(value)!r})"
+    if isinstance(value, np.generic):
+        try:
+            value = value.item()
+        except Exception:  # noqa: BLE001 - an exotic scalar: its own repr will do
+            pass
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 20:
+        return f"<an integer of {len(str(abs(value)))} digits>"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _conversion_hint(value) -> str:
+    """How to turn a non-numpy weight into the numpy array the API takes, without changing
+    its values (torch tensors and CuPy arrays are named: they are what users hold)."""
+    module = type(value).__module__.split(".")[0]
+    if module == "torch":
+        return ("; convert it with weight.detach().cpu().numpy() (a bfloat16 tensor: "
+                "weight.detach().cpu().view(torch.int16).numpy().view(ml_dtypes.bfloat16))")
+    if module == "cupy":
+        return ("; copy it to the host with cupy.asnumpy(weight), or quantize it on the GPU "
+                "with the cupy backend's quantize_on_device")
+    if isinstance(value, (list, tuple)) or hasattr(value, "__array__"):
+        return "; convert it with np.asarray(weight, dtype=np.float32) (or float16, bfloat16)"
+    return ""
+
+
 def check_weight(weight) -> np.ndarray:
-    """The weight itself, checked (NVFP4-IN-1); every accepted dtype widens exactly to float64."""
+    """The weight itself, checked (NVFP4-IN-1); every accepted dtype widens exactly to float64.
+    A numpy array, or a ``numpy.memmap``; other ndarray subclasses are refused, since they can
+    change what reading an element means (a masked array's mask would be ignored, NaN under
+    it included; ``numpy.matrix`` redefines indexing)."""
     if not isinstance(weight, np.ndarray):
-        raise ValueError(f"weight: expected a numpy array, got {type(weight).__name__} "
-                         "(spec NVFP4-IN-1)")
+        raise ValueError(f"weight: expected a numpy array, got {_type_name(weight)}"
+                         f"{_conversion_hint(weight)} (spec NVFP4-IN-1)")
+    if isinstance(weight, np.ma.MaskedArray):
+        raise ValueError("weight: a masked array (numpy.ma) is not accepted: every element is "
+                         "quantized, so its mask would be ignored; pass weight.filled(value) or "
+                         "weight.data (spec NVFP4-IN-1)")
+    if type(weight) is not np.ndarray and not isinstance(weight, np.memmap):
+        raise ValueError(f"weight: {_type_name(weight)} (a subclass of numpy.ndarray) is not "
+                         "accepted; pass np.asarray(weight) (spec NVFP4-IN-1)")
     check_weight_layout(weight.dtype, weight.shape)
     check_weight_finite(weight)
     return weight
@@ -65,8 +114,17 @@ def check_weight_finite(weight: np.ndarray) -> None:
 
 
 def check_hessian_diag(hessian_diag, cols: int) -> np.ndarray:
-    """h as float64 (n,), or a ValueError (NVFP4-IN-2)."""
-    h = np.asarray(hessian_diag)
+    """h as float64 (n,), or a ValueError (NVFP4-IN-2). Any array-like whose values are real
+    numbers converting exactly to float64 (a list, a CPU torch tensor); not a masked array,
+    whose mask would be ignored."""
+    if isinstance(hessian_diag, np.ma.MaskedArray):
+        raise ValueError("hessian_diag: a masked array (numpy.ma) is not accepted: its mask "
+                         "would be ignored; pass hessian_diag.filled(value) (spec NVFP4-IN-2)")
+    try:
+        h = np.asarray(hessian_diag)
+    except Exception as exc:  # noqa: BLE001 - anything numpy cannot read is the caller's mistake
+        raise ValueError(f"hessian_diag: {_type_name(hessian_diag)} cannot be read as a numpy "
+                         f"array ({type(exc).__name__}: {exc}) (spec NVFP4-IN-2)") from None
     if h.dtype.kind not in "fiu" and h.dtype != np.dtype(ml_dtypes.bfloat16):
         raise ValueError(f"hessian_diag: dtype {h.dtype} is not a real number type "
                          "(spec NVFP4-IN-2)")
@@ -100,31 +158,52 @@ def check_method_hessian(hessian_diag, method: str, cols: int):
 
 
 def check_window(K, U) -> tuple[int, int]:
-    """K >= 1 candidates with 0 <= U <= K - 1 upward shifts, as ints (NVFP4-IN-3)."""
+    """K >= 1 candidates with 0 <= U <= K - 1 upward shifts, as ints (NVFP4-IN-3). Any size is
+    valid: shifts beyond the ladder's span search nothing new (HSCALE-WIN-1)."""
     for name, value in (("K", K), ("U", U)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise ValueError(f"{name} = {value!r}: must be an integer (spec NVFP4-IN-3)")
+        if _not_a_number(value) or not isinstance(value, (numbers.Integral, np.integer)):
+            raise ValueError(f"{name} = {_shown(value)}: must be an integer, got "
+                             f"{_type_name(value)} (spec NVFP4-IN-3)")
     K, U = int(K), int(U)
     if K < 1:
-        raise ValueError(f"K = {K}: the window needs at least one candidate, K >= 1 "
+        raise ValueError(f"K = {_shown(K)}: the window needs at least one candidate, K >= 1 "
                          "(spec NVFP4-IN-3)")
     if not 0 <= U <= K - 1:
-        raise ValueError(f"U = {U}: must lie in 0..K-1 = 0..{K - 1} so that D = K-1-U >= 0 "
-                         "(spec NVFP4-IN-3)")
+        raise ValueError(f"U = {_shown(U)}: must lie in 0..K-1 = 0..{_shown(K - 1)} so that "
+                         "D = K-1-U >= 0 (spec NVFP4-IN-3)")
     return K, U
+
+
+def _not_a_number(value) -> bool:
+    """Bools and numpy's time types, which are integers to isinstance but not numbers here
+    (numpy's timedelta64 is a subclass of its signed integer)."""
+    return isinstance(value, (bool, np.bool_, np.datetime64, np.timedelta64))
+
+
+def _real_number(name: str, value, clause: str) -> float:
+    """``value`` as a float when it is a real number: an int, a float, a ``fractions.Fraction``,
+    a numpy integer or floating scalar; not a bool (numpy's included), a string, bytes, a
+    complex number or a date, which float() would take or half-take."""
+    if _not_a_number(value) or not isinstance(value, (numbers.Real, np.integer, np.floating)):
+        raise ValueError(f"{name} = {_shown(value)}: must be a real number, got "
+                         f"{_type_name(value)} (spec {clause})")
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{name} = {_shown(value)}: too large to be a floating-point number "
+                         f"(spec {clause})") from None
 
 
 def check_global_scale(global_scale) -> np.float32:
     """A caller-supplied s_g: a positive, finite, normal fp32 value with which the largest
     dequantized magnitude 6 * 448 * s_g is still finite in fp32 (NVFP4-IN-4)."""
-    if isinstance(global_scale, bool) or not isinstance(global_scale, (numbers.Real, np.generic)):
-        raise ValueError(f"global_scale = {global_scale!r}: must be a real number "
-                         "(spec NVFP4-IN-4)")
-    value = float(global_scale)
+    value = _real_number("global_scale", global_scale, "NVFP4-IN-4")
     if not np.isfinite(value) or value <= 0:
         raise ValueError(f"global_scale = {value!r}: must be positive and finite "
                          "(spec NVFP4-IN-4)")
-    if float(np.float32(value)) != value:
+    with np.errstate(over="ignore"):
+        as_fp32 = float(np.float32(value))
+    if as_fp32 != value:
         raise ValueError(f"global_scale = {value!r}: is not exactly representable in fp32; "
                          "it is stored as fp32 and would be silently rounded (spec NVFP4-IN-4)")
     if value < FP32_SMALLEST_NORMAL:
@@ -138,10 +217,7 @@ def check_global_scale(global_scale) -> np.float32:
 
 def check_scale_ceiling(scale_ceiling) -> float:
     """The scale ceiling C: a real number in (0, 448] (NVFP4-IN-4)."""
-    if isinstance(scale_ceiling, bool) or not isinstance(scale_ceiling, (numbers.Real, np.generic)):
-        raise ValueError(f"scale_ceiling = {scale_ceiling!r}: must be a real number "
-                         "(spec NVFP4-IN-4)")
-    value = float(scale_ceiling)
+    value = _real_number("scale_ceiling", scale_ceiling, "NVFP4-IN-4")
     if not (np.isfinite(value) and 0 < value <= 448.0):
         raise ValueError(f"scale_ceiling = {value!r}: must lie in (0, 448], the E4M3 range "
                          "(spec NVFP4-IN-4)")
@@ -149,8 +225,8 @@ def check_scale_ceiling(scale_ceiling) -> float:
 
 
 def check_choice(name: str, value, allowed: tuple[str, ...]) -> str:
-    """``method`` or ``init`` among the named choices (NVFP4-IN-5)."""
-    if value not in allowed:
-        raise ValueError(f"{name} = {value!r}: must be one of {', '.join(map(repr, allowed))} "
-                         "(spec NVFP4-IN-5)")
-    return value
+    """``method`` or ``init`` among the named choices (NVFP4-IN-5), as a str."""
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{name} = {_shown(value)}: must be one of "
+                         f"{', '.join(map(repr, allowed))} (spec NVFP4-IN-5)")
+    return str(value)
