@@ -25,6 +25,7 @@ from .search import effective_scale
 from .validation import check_hessian_diag
 
 DEFAULT_DAMP = 0.01  # GPTQ's relative dampening of the Hessian diagonal
+DEFAULT_BLOCK_SIZE = 128  # GPTQ's lazy batch: columns whose errors are applied to the rest at once
 
 
 def check_hessian(hessian, cols: int) -> np.ndarray:
@@ -64,13 +65,32 @@ def inverse_cholesky_factor(H: np.ndarray, damp: float) -> np.ndarray:
     return np.linalg.cholesky(inverse).T
 
 
+def sweep_order(H: np.ndarray, act_order: bool) -> np.ndarray:
+    """The order in which columns are quantized: left to right, or by descending ``H_jj`` (GPTQ's
+    act-order, the columns that matter most first; ties keep the left-to-right order)."""
+    cols = H.shape[0]
+    if not act_order:
+        return np.arange(cols)
+    return np.argsort(-np.diag(H), kind="stable")
+
+
 def gptq_quantize(weight, hessian, *, method="hscale", init="maxabs", K=16, U=6,
                   scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None,
-                  damp=DEFAULT_DAMP) -> QuantizedWeight:
+                  damp=DEFAULT_DAMP, block_size=DEFAULT_BLOCK_SIZE, act_order=False,
+                  static_groups=False) -> QuantizedWeight:
     """GPTQ with the local scale selector ``method`` (HSCALE-GPTQ-1).
 
     ``hessian`` is the full ``X^T X`` (n, n); H-Scale uses ``h = diag(hessian)``. The global
     scale comes from the original weight (NVFP4-GS-1) unless given.
+
+    ``act_order``: columns are swept by descending ``H_jj``; a group (always 16 consecutive
+    input columns, as NVFP4 stores it) gets its byte when the sweep first reaches one of its
+    columns, from the group's 16 current, error-compensated columns, unless ``static_groups``,
+    where every group's byte is chosen before the sweep from the original weights.
+    ``block_size``: errors reach the columns of the current block at once and the rest of the
+    matrix once per block (GPTQ's lazy batch update): the same arithmetic up to the order of
+    floating-point additions. The error-compensated weights stay float64: the group's bytes
+    and codes are the reference's rules applied to them as they are (no rounding to float32).
     """
     weight, method, init, K, U, scale_ceiling = check_arguments(weight, method, init, K, U,
                                                                 scale_ceiling)
@@ -78,29 +98,57 @@ def gptq_quantize(weight, hessian, *, method="hscale", init="maxabs", K=16, U=6,
     H = check_hessian(hessian, cols)
     if not (np.isfinite(damp) and damp >= 0):
         raise ValueError(f"damp = {damp!r}: must be finite and >= 0 (spec HSCALE-GPTQ-1)")
+    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) \
+            or block_size < 1:
+        raise ValueError(f"block_size = {block_size!r}: must be an integer >= 1 "
+                         "(spec HSCALE-GPTQ-1)")
     global_scale = resolve_global_scale(weight, global_scale, scale_ceiling)
     h = np.diag(H).copy()  # HSCALE-GPTQ-1: h = diag(H)
-    factor = inverse_cholesky_factor(H, damp)
-
-    remaining = weight.astype(np.float64)  # columns not yet quantized carry the pushed errors
-    codes = np.empty((rows, cols), dtype=np.uint8)
+    order = sweep_order(H, act_order)
+    factor = inverse_cholesky_factor(H[np.ix_(order, order)], damp)  # in sweep order
+    # Work in sweep order: column k of ``remaining`` is input column order[k].
+    remaining = weight.astype(np.float64)[:, order]
+    position = np.empty(cols, dtype=np.intp)
+    position[order] = np.arange(cols)  # input column -> sweep position
     group_cols = cols // GROUP_SIZE
     scale_bytes = np.empty((rows, group_cols), dtype=np.uint8)
     initial_bytes = np.empty((rows, group_cols), dtype=np.uint8)
-    for i in range(group_cols):
-        first = i * GROUP_SIZE
-        group = remaining[:, first:first + GROUP_SIZE]
-        initial_byte, scale_byte = select_scale_bytes(group, h[first:first + GROUP_SIZE], method,
-                                                      init, K, U, global_scale)
-        initial_bytes[:, i], scale_bytes[:, i] = initial_byte, scale_byte
-        scale = effective_scale(scale_byte, global_scale)  # 0 for a zero group
-        for j in range(first, first + GROUP_SIZE):
-            column = remaining[:, j]
+    chosen = np.zeros(group_cols, dtype=bool)
+
+    def choose(group, block):
+        """The bytes of ``group`` from its 16 columns ``block`` (rows, 16), input order."""
+        first = group * GROUP_SIZE
+        initial_bytes[:, group], scale_bytes[:, group] = select_scale_bytes(
+            block, h[first:first + GROUP_SIZE], method, init, K, U, global_scale)
+        chosen[group] = True
+
+    if static_groups:
+        original = weight.astype(np.float64)
+        for group in range(group_cols):
+            choose(group, original[:, group * GROUP_SIZE:(group + 1) * GROUP_SIZE])
+
+    codes = np.empty((rows, cols), dtype=np.uint8)
+    for start in range(0, cols, block_size):
+        stop = min(cols, start + block_size)
+        errors = np.zeros((rows, stop - start))  # this block's pushed errors, not yet applied
+        for k in range(start, stop):             # beyond the block
+            column_index = order[k]
+            group = column_index // GROUP_SIZE
+            if not chosen[group]:
+                members = position[group * GROUP_SIZE:(group + 1) * GROUP_SIZE]
+                current = remaining[:, members].copy()
+                outside = members >= stop  # not yet reached by this block's errors
+                current[:, outside] -= errors[:, :k - start] @ factor[start:k, members[outside]]
+                choose(group, current)
+            scale_byte = scale_bytes[:, group]
+            column = remaining[:, k]
             column_codes = encode_groups(column[:, None], scale_byte, global_scale)[:, 0]
-            codes[:, j] = column_codes
-            dequantized = E2M1_VALUES[column_codes] * scale
-            error = (column - dequantized) / factor[j, j]
-            remaining[:, j + 1:] -= np.outer(error, factor[j, j + 1:])  # GPTQ's propagation
+            codes[:, column_index] = column_codes
+            dequantized = E2M1_VALUES[column_codes] * effective_scale(scale_byte, global_scale)
+            error = (column - dequantized) / factor[k, k]
+            remaining[:, k + 1:stop] -= np.outer(error, factor[k, k + 1:stop])  # GPTQ's update
+            errors[:, k - start] = error
+        remaining[:, stop:] -= errors @ factor[start:stop, stop:]  # the lazy batch update
 
     return QuantizedWeight.from_bytes(codes, scale_bytes, initial_bytes, global_scale,
                                       method=method, init=init, K=K, U=U,

@@ -66,3 +66,42 @@ def test_dead_channels_and_zero_groups():
     assert (result.scale_bytes[0] == 0).all() and (result.codes[0] == 0).all()
     assert result.scale_bytes[1, 1] != 0  # the pushed error made the group non-zero
     assert np.isfinite(result.dequantize()).all()
+
+
+def _agreement(a, b):
+    return float(np.mean(a.codes == b.codes)), float(np.mean(a.scale_bytes == b.scale_bytes))
+
+
+@pytest.mark.clause("HSCALE-GPTQ-1")
+@pytest.mark.parametrize("act_order", [False, True])
+def test_lazy_blocks_are_the_column_by_column_sweep(act_order):
+    """block_size=1 is GPTQ's sweep as written (every error applied to every later column at
+    once); larger blocks defer the updates beyond the block and, under act-order, bring a
+    group's outside columns up to date before its byte is chosen. Only the order of
+    floating-point additions differs, so the results agree but for near-ties."""
+    W, X, H = _layer(5, rows=24, cols=96)
+    one = gptq_quantize(W, H, block_size=1, act_order=act_order)
+    for block in (7, 16, 40, 96, 1000):
+        other = gptq_quantize(W, H, block_size=block, act_order=act_order)
+        codes, bytes_ = _agreement(one, other)
+        assert codes > 0.999 and bytes_ > 0.99, (block, codes, bytes_)
+        assert abs(_output_error(X, W, other) / _output_error(X, W, one) - 1) < 1e-3
+
+
+@pytest.mark.clause("HSCALE-GPTQ-1")
+def test_act_order_and_static_groups():
+    W, X, H = _layer(6, rows=32, cols=64)
+    rtn = _output_error(X, W, quantize(W, method="rtn"))
+    for static in (False, True):
+        result = gptq_quantize(W, H, method="hscale", act_order=True, static_groups=static)
+        assert _output_error(X, W, result) < 0.9 * rtn
+    # static groups: every byte chosen from the original weights, before any error moves
+    static = gptq_quantize(W, H, method="hscale", act_order=True, static_groups=True)
+    plain = quantize(W, np.diag(H), method="hscale")
+    np.testing.assert_array_equal(static.scale_bytes, plain.scale_bytes)
+    # with a diagonal H no error moves: any order, static or not, is plain quantization
+    diagonal = np.diag(np.diag(H))
+    for static_groups in (False, True):
+        got = gptq_quantize(W, diagonal, act_order=True, static_groups=static_groups)
+        np.testing.assert_array_equal(got.codes, plain.codes)
+        np.testing.assert_array_equal(got.scale_bytes, plain.scale_bytes)
