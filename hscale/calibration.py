@@ -13,7 +13,8 @@ How h is computed here (:class:`HessianDiagCollector`, :func:`collect_hessian_di
   (so no fp32 rounding of x^2 or of the running sum);
 * padding is excluded with a token mask of shape ``[batch, seq]``: a token counts iff its mask
   entry is non-zero. The Linear's input must be ``[batch, seq, n]`` (or the flattened
-  ``[batch*seq, n]``); anything else is rejected with an error naming the layer;
+  ``[batch*seq, n]``), or ``[batch, n]``, one vector per sequence (a pooler), every one counted;
+  anything else is rejected with an error naming the layer;
 * all hooks are removed in ``finally`` -- also when the forward raises -- and the pass runs under
   ``torch.no_grad()`` (the model's train/eval mode is left as the caller set it).
 
@@ -182,6 +183,8 @@ class HessianDiagCollector:
                     rows = x[mask]
                 elif x.dim() == 2 and x.shape[0] == mask.numel():
                     rows = x[mask.reshape(-1)]
+                elif x.dim() == 2 and mask.dim() == 2 and x.shape[0] == mask.shape[0]:
+                    rows = x  # one vector per sequence (a BERT pooler's [CLS]): all count
                 else:
                     raise ValueError(
                         f"calibration layer {name!r}: input of shape {tuple(x.shape)} does not line "

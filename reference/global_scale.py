@@ -59,8 +59,10 @@ def compute_global_scale(amax: float, scale_ceiling: float = DEFAULT_SCALE_CEILI
     global_scale = (math.inf if exact_quotient >= FP32_OVERFLOW_THRESHOLD
                     else fraction_to_fp32(exact_quotient))  # NVFP4-GS-1
     if not dequantizes_finitely(global_scale):
+        shown = (repr(fraction_to_fp32(exact_quotient)) if exact_quotient < Fraction(2) ** 1000
+                 else "more than 1e300")  # the quotient on the fp32 grid, beyond fp32's range
         raise ValueError(f"global scale: amax = {float(amax)!r} with scale_ceiling = "
-                         f"{float(scale_ceiling)!r} gives s_g = {global_scale!r}, and 6 * 448 * s_g "
+                         f"{float(scale_ceiling)!r} gives s_g = {shown}, and 6 * 448 * s_g "
                          "overflows fp32 on dequantization; use a larger scale_ceiling "
                          "(spec NVFP4-GS-2)")
     return np.float32(global_scale)

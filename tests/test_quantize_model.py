@@ -1,0 +1,227 @@
+"""``hscale quantize`` through its Python API on a seeded tiny decoder saved as a Hugging Face
+directory (and, marked slow, on the bundled MiniLM): what is stored is the reference's result
+for the global scale the file implies, fused layers share one s_g, nothing else changes, the
+output appears complete or not at all."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from hscale.checkpoint import (FORMATS, SafetensorsModel, detect_format,  # noqa: E402
+                               iter_quantized_modules, read_stored_linear, to_numpy_bits)
+from hscale.quantize_model import (REPORT_NAME, QuantizeRequest, quantize_model,  # noqa: E402
+                                   quantize_weight, save_hessians)
+from hscale.reference import compute_global_scale, quantize  # noqa: E402
+from hscale.reference.global_scale import (multiplier_from_reciprocal,  # noqa: E402
+                                           reciprocal_from_multiplier)
+
+
+def _save_tiny(directory: Path, **config) -> Path:
+    """The seeded tiny decoder, or (with config overrides) one built from its config directly,
+    since build_tiny_decoder refuses layers NVFP4 cannot store."""
+    from hscale.models import build_tiny_decoder, tiny_decoder_config
+    if config:
+        from transformers import AutoModelForCausalLM
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(tiny_decoder_config(**config))
+    else:
+        model = build_tiny_decoder(seed=0)
+    model.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return _save_tiny(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="module")
+def tiny_hessians(tiny, tmp_path_factory) -> Path:
+    """h and the full H of every Linear of the tiny decoder, in hscale calibrate's file."""
+    from hscale.calibration import collect_hessian, tiny_decoder_batches
+    from hscale.models import linear_layers
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(tiny)
+    layers = dict(linear_layers(model))
+    H, h = collect_hessian(model, tiny_decoder_batches(vocab_size=model.config.vocab_size),
+                           layers, progress=False)
+    path = tmp_path_factory.mktemp("hessians") / "h.safetensors"
+    save_hessians(path, h, H, {"model": "tiny decoder"})
+    return path
+
+
+def _stored_and_expected(out: Path, source: Path, fmt: str, h=None, method="rtn", init="maxabs"):
+    """Every stored Linear, with the reference's result for the s_g its file implies."""
+    stored_model, original = SafetensorsModel(out), SafetensorsModel(source)
+    for module in iter_quantized_modules(stored_model, fmt):
+        stored = read_stored_linear(stored_model, fmt, module)
+        weight = to_numpy_bits(original.tensor(f"{module}.weight"))
+        want = quantize(weight, None if h is None else h[module], method=method, init=init,
+                        global_scale=stored.global_scale)
+        yield module, stored, want
+
+
+@pytest.mark.clause("NVFP4-CKPT-1", "NVFP4-CKPT-2", "NVFP4-GS-4")
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_rtn_checkpoint_stores_the_reference_result(tiny, tmp_path, fmt):
+    out = tmp_path / "out"
+    report = quantize_model(model_dir=str(tiny), out=str(out), pipeline="rtn", method="rtn",
+                            format=fmt, progress=False)
+    assert detect_format(out).format == fmt
+    seen = 0
+    for module, stored, want in _stored_and_expected(out, tiny, fmt):
+        np.testing.assert_array_equal(stored.packed, want.packed, err_msg=module)
+        np.testing.assert_array_equal(stored.scale_bytes, want.scale_bytes, err_msg=module)
+        if fmt == "compressed-tensors":  # the reciprocal, and the multiplier it means
+            assert stored.global_scale == multiplier_from_reciprocal(stored.stored_global_scale)
+        else:
+            assert stored.stored_global_scale == stored.global_scale
+        seen += 1
+    assert seen == 14  # 2 blocks x (q, k, v, o, gate, up, down); lm_head ignored by default
+    assert [s["module"] for s in report.skipped] == ["lm_head"]
+    source, written = SafetensorsModel(tiny), SafetensorsModel(out)
+    for name in source.names():  # everything not quantized is carried over bit for bit
+        if name.endswith(".weight") and name[:-7] in set(iter_quantized_modules(written, fmt)):
+            continue
+        assert torch.equal(source.tensor(name), written.tensor(name)), name
+    report_file = json.loads((out / REPORT_NAME).read_text())
+    assert report_file["summary"]["layers"] == 14
+
+
+@pytest.mark.clause("NVFP4-GS-1", "NVFP4-CKPT-3")
+def test_fused_layers_share_one_global_scale(tiny, tmp_path):
+    """q/k/v and gate/up: s_g from the largest amax of the set, every block scale computed with
+    it (the stored bytes are the reference's at that s_g, checked above)."""
+    out = tmp_path / "out"
+    quantize_model(model_dir=str(tiny), out=str(out), pipeline="rtn", method="rtn",
+                   progress=False)
+    stored, source = SafetensorsModel(out), SafetensorsModel(tiny)
+    for layer in range(2):
+        for members in (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+                        ("mlp.gate_proj", "mlp.up_proj")):
+            names = [f"model.layers.{layer}.{m}" for m in members]
+            amax = max(float(np.max(np.abs(source.tensor(f"{n}.weight").numpy()))) for n in names)
+            expected = multiplier_from_reciprocal(reciprocal_from_multiplier(
+                compute_global_scale(amax, 448.0)))
+            got = {read_stored_linear(stored, "compressed-tensors", n).global_scale for n in names}
+            assert got == {expected}, (names, got, expected)
+
+
+@pytest.mark.clause("HSCALE-METHOD-1", "HSCALE-CAL-1")
+def test_hscale_from_a_hessian_file_is_exact_and_never_worse(tiny, tiny_hessians, tmp_path):
+    from safetensors.numpy import load_file
+    h = {k[2:]: v for k, v in load_file(str(tiny_hessians)).items() if k.startswith("h.")}
+    for pipeline, init in (("rtn", "maxabs"), ("4over6", "4over6")):
+        out = tmp_path / pipeline
+        report = quantize_model(model_dir=str(tiny), out=str(out), pipeline=pipeline,
+                                method="hscale", hessian=str(tiny_hessians), progress=False)
+        for module, stored, want in _stored_and_expected(out, tiny, "compressed-tensors", h,
+                                                          "hscale", init):
+            np.testing.assert_array_equal(stored.scale_bytes, want.scale_bytes, err_msg=module)
+            np.testing.assert_array_equal(stored.packed, want.packed, err_msg=module)
+        for layer in report.layers:  # H-Scale's search never loses to its own baseline
+            assert layer["diag_error"] <= layer["diag_error_rtn"] * (1 + 1e-12), layer["module"]
+
+
+@pytest.mark.clause("HSCALE-GPTQ-1")
+def test_gptq_lowers_every_layers_output_error(tiny, tiny_hessians, tmp_path):
+    report = quantize_model(model_dir=str(tiny), out=str(tmp_path / "g"), pipeline="gptq",
+                            method="hscale", hessian=str(tiny_hessians), progress=False)
+    assert len(report.layers) == 14
+    for layer in report.layers:
+        assert layer["output_error"] < layer["output_error_rtn"], layer["module"]
+
+
+def test_an_existing_output_is_kept_without_force(tiny, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me")
+    with pytest.raises(ValueError, match="exists; choose another --out or pass --force"):
+        quantize_model(model_dir=str(tiny), out=str(out), method="rtn", progress=False)
+    assert (out / "mine.txt").read_text() == "keep me"
+    quantize_model(model_dir=str(tiny), out=str(out), method="rtn", force=True, progress=False)
+    assert not (out / "mine.txt").exists() and (out / REPORT_NAME).is_file()
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # nothing left beside it
+
+
+def test_a_nan_weight_is_named_and_leaves_nothing_behind(tmp_path):
+    from safetensors.torch import load_file, save_file
+    source = _save_tiny(tmp_path / "model")
+    tensors = load_file(str(source / "model.safetensors"))
+    tensors["model.layers.1.mlp.up_proj.weight"][5, 33] = float("nan")
+    save_file(tensors, str(source / "model.safetensors"), metadata={"format": "pt"})
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=r"model\.layers\.1\.mlp\.up_proj\.weight: "
+                                         r"weight\[5, 33\] = nan.*NVFP4-IN-1"):
+        quantize_model(model_dir=str(source), out=str(out), method="rtn", progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_linears_whose_input_is_not_a_multiple_of_16_are_kept_and_listed(tmp_path):
+    source = _save_tiny(tmp_path / "model", intermediate_size=200)  # down_proj: in = 200
+    report = quantize_model(model_dir=str(source), out=str(tmp_path / "out"), method="rtn",
+                            progress=False)
+    kept = {s["module"]: s["reason"] for s in report.skipped}
+    assert set(kept) == {"lm_head", "model.layers.0.mlp.down_proj", "model.layers.1.mlp.down_proj"}
+    assert "not a multiple of 16" in kept["model.layers.0.mlp.down_proj"]
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert "model.layers.0.mlp.down_proj" in config["quantization_config"]["ignore"]
+
+
+def test_quantize_weight_takes_torch_tensors_bit_for_bit():
+    import ml_dtypes
+    rng = np.random.default_rng(0)
+    weight = torch.from_numpy(rng.standard_normal((8, 64)).astype(np.float32)).to(torch.bfloat16)
+    h = torch.from_numpy(rng.uniform(0, 1, 64))
+    got = quantize_weight(weight, h, method="hscale")
+    want = quantize(weight.view(torch.int16).numpy().view(ml_dtypes.bfloat16), h.numpy())
+    np.testing.assert_array_equal(got.packed, want.packed)
+    np.testing.assert_array_equal(got.scale_bytes, want.scale_bytes)
+
+
+@pytest.mark.slow
+def test_killed_at_random_points_never_leaves_an_output_that_looks_complete(tiny, tmp_path):
+    """SIGKILL at random moments of real runs: the output directory is either absent or
+    complete (every planned tensor readable, configs and report written)."""
+    out = tmp_path / "out"
+    script = ("import sys; from hscale.quantize_model import quantize_model; "
+              f"quantize_model(model_dir={str(tiny)!r}, out={str(out)!r}, method='rtn', "
+              "progress=False, force=True)")
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=300)
+    full = time.perf_counter() - start
+    rng = random.Random(1234)
+    outcomes = {"absent": 0, "complete": 0}
+    for attempt in range(12):
+        if out.exists():
+            import shutil
+            shutil.rmtree(out)
+        process = subprocess.Popen([sys.executable, "-c", script])
+        time.sleep(rng.uniform(0.2, full))
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        if not out.exists():
+            outcomes["absent"] += 1
+            continue
+        assert (out / REPORT_NAME).is_file() and (out / "config.json").is_file(), attempt
+        written = SafetensorsModel(out)
+        for name in written.names():
+            written.tensor(name)  # every tensor readable
+        assert len(list(iter_quantized_modules(written, "compressed-tensors"))) == 14
+        outcomes["complete"] += 1
+    assert sum(outcomes.values()) == 12
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name != "out"]
+    assert all(".partial-" in name for name in leftovers), leftovers  # hidden, never "out"
