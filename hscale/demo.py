@@ -2,11 +2,73 @@
 
 from __future__ import annotations
 
+import os
+import zipfile
+from pathlib import Path
+
 import numpy as np
 
+from hscale.cli import UsageError
+from hscale.reference.validation import check_hessian_diag, check_weight
 from hscale.reference.window import window_deltas
 
 METHODS = ("rtn", "scale-only", "hscale")
+LAYER_KEYS = ("weight", "hessian_diag")
+LAYER_FORM = "np.savez(path, weight=W, hessian_diag=h) with W (m, n) and h (n,)"
+
+# What the columns of the report mean, printed under it.
+LEGEND = """\
+weighted error  sum over rows r and columns j of h_j (w_rj - q_rj)^2, q the dequantized weight
+                and h_j = diag(X^T X)_j from calibration (how much an error in column j moves
+                the layer's output): the objective H-Scale minimises
+weight error    sum of (w_rj - q_rj)^2, the plain squared error of the weights
+vs rtn          the error divided by rtn's: below 1 is better than round-to-nearest
+Why H-Scale's weight error can exceed scale-only's: both search the same window of scale bytes,
+scale-only for the smallest plain error (h = 1), H-Scale for the smallest weighted error. It
+gives up plain error in columns where h is small to cut the error where h is large."""
+
+
+def load_layer(path) -> tuple[np.ndarray, np.ndarray, str]:
+    """(weight, hessian_diag, name) from an .npz written by ``np.savez(path, weight=W,
+    hessian_diag=h, name=...)``, checked as the quantize API checks them; every problem with
+    the file is a UsageError naming it."""
+    where = f"--layer {path}"
+    if not os.path.exists(path):
+        raise UsageError(f"{where}: no such file")
+    if not os.path.isfile(path):
+        raise UsageError(f"{where}: not a file")
+    if not zipfile.is_zipfile(path):
+        raise UsageError(f"{where}: not an .npz archive; write the layer with {LAYER_FORM}")
+    arrays = {}
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            held = list(data.files)
+            for key in (k for k in LAYER_KEYS + ("name",) if k in held):
+                arrays[key] = _read_array(data, key, where)
+    except (OSError, EOFError, zipfile.BadZipFile) as error:
+        raise UsageError(f"{where}: a damaged .npz archive ({error})") from None
+    missing = [key for key in LAYER_KEYS if key not in arrays]
+    if missing:
+        raise UsageError(f"{where}: no {' and no '.join(map(repr, missing))} in the archive (it "
+                         f"holds {', '.join(map(repr, held)) or 'no arrays'}); write the layer "
+                         f"with {LAYER_FORM}")
+    name = str(arrays["name"]) if "name" in arrays else Path(path).name
+    try:
+        weight = check_weight(arrays["weight"])
+        check_hessian_diag(arrays["hessian_diag"], weight.shape[1])
+    except (ValueError, TypeError) as error:
+        raise UsageError(f"{where}: {error}") from None
+    return arrays["weight"], arrays["hessian_diag"], name
+
+
+def _read_array(data, key: str, where: str) -> np.ndarray:
+    try:
+        return data[key]
+    except ValueError as error:
+        if "Object arrays" in str(error):  # numpy refuses to unpickle: say what the array is
+            raise UsageError(f"{where}: {key!r} holds Python objects, not numbers; save a "
+                             "numeric array (np.asarray(x, dtype=np.float32))") from None
+        raise UsageError(f"{where}: {key!r} cannot be read ({error})") from None
 
 
 def layer_errors(weight: np.ndarray, dequantized: np.ndarray, hessian_diag: np.ndarray):
@@ -37,7 +99,10 @@ def format_report(rows, *, name, shape, backend_name, init, K, U) -> str:
     for method, weighted, plain, _ in rows:
         lines.append(f"{method:<11} {weighted:>15.6g} {weighted / base_weighted:>7.3f} "
                      f"{plain:>14.6g} {plain / base_plain:>7.3f}")
-    lines += ["", "shift histogram (groups per chosen delta; rtn is all 0)"]
+    lines += ["", LEGEND, "",
+              "shift histogram: how many groups chose each delta, the rungs of the E4M3 ladder "
+              "from the", "initial scale byte to the chosen one (rtn keeps the initial byte: "
+              "all 0)"]
     deltas = list(rows[0][3])
     lines.append(f"{'delta':<11}" + "".join(f"{d:>7d}" for d in deltas))
     for method, _, _, histogram in rows:
@@ -45,7 +110,9 @@ def format_report(rows, *, name, shape, backend_name, init, K, U) -> str:
     return "\n".join(lines)
 
 
-def plot_histograms(rows, path, *, name):
+def plot_histograms(rows, path, *, name, image_format="png"):
+    """The shift histograms and the relative errors as an image at ``path``, written to a
+    temporary name and renamed when complete."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -69,5 +136,11 @@ def plot_histograms(rows, path, *, name):
     right.set_title("error relative to rtn")
     right.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    partial = f"{path}.partial"
+    try:
+        fig.savefig(partial, dpi=110, format=image_format)
+        os.replace(partial, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(partial):
+            os.remove(partial)
