@@ -38,8 +38,12 @@ import tracemalloc
 
 import numpy as np
 
+from hscale.cli import (CommandParser, UsageError, check_at_least, check_layer_cols,
+                        check_layer_rows, check_method, comma_separated, fail, load_backend)
+
 FIELDS = ("codes", "packed", "scale_bytes", "delta", "initial_bytes")
 MiB = 1 << 20
+DEFAULT_BACKEND = "torch"
 
 
 def make_layer(rows: int, cols: int, seed: int = 0):
@@ -55,6 +59,9 @@ def make_layer(rows: int, cols: int, seed: int = 0):
 
 def identical(expected, got) -> str | None:
     """None if ``got`` equals ``expected`` bit for bit, else what differs first."""
+    from hscale.conformance.cases import fp32_hex
+    from hscale.conformance.findings import plural
+
     for name in FIELDS:
         e, g = getattr(expected, name), getattr(got, name)
         if e is None and g is None:
@@ -63,11 +70,20 @@ def identical(expected, got) -> str | None:
             return f"{name}: type or shape differs"
         if not np.array_equal(e, g):
             index = tuple(int(i) for i in np.argwhere(e != g)[0])
-            return (f"{name}{list(index)} = {int(g[index]):#x}, expected {int(e[index]):#x} "
-                    f"({int((e != g).sum())} differ)")
+            return (f"{name}{list(index)} = {_element_text(g[index])}, expected "
+                    f"{_element_text(e[index])} ({plural(int((e != g).sum()), 'element')} "
+                    "differ)")
     if np.float32(got.global_scale) != np.float32(expected.global_scale):
-        return f"global_scale {got.global_scale!r}, expected {expected.global_scale!r}"
+        return (f"global_scale {float(got.global_scale)!r} ({fp32_hex(got.global_scale)}), "
+                f"expected {float(expected.global_scale)!r} ({fp32_hex(expected.global_scale)})")
     return None
+
+
+def _element_text(value) -> str:
+    """A delta (int8) as signed decimal; a byte or code in hex, 0x7E."""
+    if value.dtype.kind == "i":
+        return f"{int(value):+d}"
+    return f"0x{int(value):02X}"
 
 
 # -- peak memory ------------------------------------------------------------------------------
@@ -171,10 +187,15 @@ def _load_backends(names, out):
 
 
 def run(rows=4096, cols=4096, backends=("torch",), methods=("rtn", "hscale"), repeat=3,
-        seed=0, init="maxabs", memory=True, out=sys.stdout):
-    """Time the reference and ``backends`` on one layer; return a list of result dicts."""
+        seed=0, init="maxabs", memory=True, out=None, progress=None):
+    """Time the reference and ``backends`` on one layer; return a list of result dicts.
+    ``out``: where the report goes (default: sys.stdout when called); ``progress(text)``, if
+    given, is told each step before it starts."""
+    from hscale.conformance.findings import plural
     from hscale.reference import quantize as reference_quantize
 
+    out = out or sys.stdout
+    progress = progress or (lambda text: None)
     weight, h = make_layer(rows, cols, seed)
     size = rows * cols
     loaded = _load_backends(backends, out)
@@ -189,6 +210,9 @@ def run(rows=4096, cols=4096, backends=("torch",), methods=("rtn", "hscale"), re
         def ref_call():
             return reference_quantize(weight, h, **options)
 
+        compared = ", ".join(b.name for b in loaded) or "no backend"
+        progress(f"{method}: timing the reference against {compared}, "
+                 f"{plural(max(1, repeat), 'round')}")
         timings = {"numpy": []}
         for backend in loaded:
             backend.quantize(weight, h, **options)  # warm-up (imports, first allocations)
@@ -208,6 +232,8 @@ def run(rows=4096, cols=4096, backends=("torch",), methods=("rtn", "hscale"), re
         ref_best = min(timings["numpy"])
         peaks = {}
         if memory:
+            progress(f"{method}: peak memory, one call per backend in a fresh process (most of "
+                     "the run's time; --no-memory skips it)")
             _, peaks["numpy"] = traced_peak(ref_call)
             peaks["numpy:rss"], _ = child_rss_peak("numpy", method, rows, cols, seed, init)
             for backend in loaded:
@@ -255,9 +281,10 @@ def _print_result(r, out):
           f"{same[r['identical']]}", file=out)
 
 
-def reference_peak_memory(rows=4096, cols=11008, method="hscale", seed=0, out=sys.stdout):
+def reference_peak_memory(rows=4096, cols=11008, method="hscale", seed=0, out=None):
     """Peak traced memory (bytes) of one reference call on a rows x cols layer."""
     from hscale.reference import quantize as reference_quantize
+    out = out or sys.stdout
     weight, h = make_layer(rows, cols, seed)
     start = time.perf_counter()
     _, peak = traced_peak(lambda: reference_quantize(weight, h, method=method))
@@ -269,40 +296,87 @@ def reference_peak_memory(rows=4096, cols=11008, method="hscale", seed=0, out=sy
 
 
 def _shape(text):
-    rows, _, cols = text.lower().partition("x")
+    """(rows, cols) of ``ROWSxCOLS``, each checked as --rows and --cols are."""
+    rows, sep, cols = text.lower().partition("x")
+    if not (sep and rows.strip().isdigit() and cols.strip().isdigit()):
+        raise UsageError(f"--reference-memory {text}: expected ROWSxCOLS, e.g. 4096x11008")
+    check_layer_rows("--reference-memory rows", int(rows))
+    check_layer_cols("--reference-memory columns", int(cols))
     return int(rows), int(cols)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+def build_parser():
+    parser = CommandParser(
         prog="hscale bench",
         description="Time the NumPy reference against the fast backends on a seeded layer and "
-                    "check that their outputs are bit-identical.")
-    parser.add_argument("--rows", type=int, default=4096)
-    parser.add_argument("--cols", type=int, default=4096)
-    parser.add_argument("--backends", default="torch",
-                        help="comma-separated backends to compare with the reference "
-                             "(default: torch)")
+                    "check that their outputs are bit-identical. Most of the time goes to the "
+                    "peak-memory measurement (a fresh process per backend and method); "
+                    "--no-memory skips it.")
+    parser.add_argument("--rows", type=int, default=4096, help="layer rows (default 4096)")
+    parser.add_argument("--cols", type=int, default=4096,
+                        help="layer columns, a multiple of 16 (default 4096)")
+    parser.add_argument("--backends", default=None,
+                        help="comma-separated backends to compare with the reference; each "
+                             "must be able to run here (default: torch, skipped if it cannot)")
     parser.add_argument("--methods", default="rtn,hscale",
                         help="comma-separated methods (rtn, scale-only, hscale)")
     parser.add_argument("--init", default="maxabs", choices=("maxabs", "4over6"))
     parser.add_argument("--repeat", type=int, default=3, help="timed rounds; the best counts")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory calls")
+    parser.add_argument("--no-memory", action="store_true",
+                        help="skip the peak-memory calls (most of the run's time)")
     parser.add_argument("--reference-memory", metavar="ROWSxCOLS", default=None,
                         help="also report the reference's peak memory on a layer of this shape "
                              "(e.g. 4096x11008)")
     parser.add_argument("--child-memory", nargs=6, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def check_arguments(args) -> tuple[list[str], list[str], tuple[int, int] | None]:
+    """(backends, methods, reference-memory shape), every argument checked before any work;
+    UsageError for the first that is wrong."""
+    check_layer_rows("--rows", args.rows)
+    check_layer_cols("--cols", args.cols)
+    methods = comma_separated("--methods", args.methods)
+    for method in methods:
+        check_method("--methods", method)
+    check_at_least("--repeat", args.repeat, 1)
+    check_at_least("--seed", args.seed, 0)
+    shape = _shape(args.reference_memory) if args.reference_memory else None
+    named = args.backends is not None
+    backends = [b for b in comma_separated("--backends", args.backends or DEFAULT_BACKEND)
+                if b != "numpy"]
+    for name in backends:
+        backend = load_backend(name)
+        ok, why = backend.available()
+        if named and not ok:  # the default backend that cannot run is skipped, with the reason
+            raise UsageError(f"--backends {name}: cannot run here: {why}")
+    return backends, methods, shape
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     if args.child_memory:
         _child_memory(*args.child_memory)
         return 0
-    backends = [b for b in args.backends.split(",") if b and b != "numpy"]
-    methods = [m for m in args.methods.split(",") if m]
+    try:
+        backends, methods, shape = check_arguments(args)
+    except UsageError as error:
+        return fail("hscale bench", str(error))
+    steps = len(methods) * (2 if not args.no_memory else 1) + (shape is not None)
+    done = iter(range(1, steps + 1))
+
+    def progress(text):
+        print(f"hscale bench [{next(done)}/{steps}] {text}", file=sys.stderr, flush=True)
+
+    if not args.no_memory:
+        print("hscale bench: the peak-memory measurement takes most of the time (--no-memory "
+              "skips it)", file=sys.stderr, flush=True)
     results = run(args.rows, args.cols, backends, methods, args.repeat, args.seed, args.init,
-                  memory=not args.no_memory)
-    if args.reference_memory:
-        reference_peak_memory(*_shape(args.reference_memory))
+                  memory=not args.no_memory, progress=progress)
+    if shape:
+        progress(f"reference peak memory on {shape[0]}x{shape[1]}")
+        reference_peak_memory(*shape)
     return 0 if all(r["identical"] is not False for r in results) else 1
 
 
