@@ -36,6 +36,9 @@ import time
 import numpy as np
 
 from hscale.bench import make_layer
+from hscale.cli import (CommandParser, UsageError, check_at_least, check_init, check_layer_cols,
+                        check_method, check_output_file, check_plot_file, comma_separated,
+                        error_text, fail, load_backend, plain_text)
 
 FIELDS = ("codes", "packed", "scale_bytes", "initial_bytes", "delta")
 FP64_UNITS_PER_SM = {(9, 0): 64, (8, 0): 32}
@@ -335,11 +338,65 @@ def plot(results, path, ops_per_weight=240.0):
     os.replace(tmp, path)
 
 
+PROG = "python -m hscale.gpu_bench"
+
+
+def _whole_numbers(option: str, text: str) -> list[int]:
+    items = comma_separated(option, text)
+    if not all(item.isdigit() for item in items):
+        raise UsageError(f"{option} {text}: expected comma-separated whole numbers")
+    return [int(item) for item in items]
+
+
+def _config(option: str, text: str) -> tuple[str, str]:
+    method, sep, init = text.partition(":")
+    if not sep:
+        raise UsageError(f"{option} {text}: expected METHOD:INIT, e.g. hscale:maxabs")
+    check_method(option, method)
+    check_init(option, init)
+    return method, init
+
+
+def check_arguments(args) -> tuple[list[int], list[tuple[str, str]], list[str]]:
+    """(sizes, configs, backends): every argument, and that the backends can run here, checked
+    before any work; UsageError for the first problem."""
+    if args.replot and not args.plot:
+        raise UsageError("--replot needs --plot PNG")
+    if args.plot:
+        check_plot_file("--plot", args.plot)
+    if args.replot:
+        return [], [], []
+    sizes = _whole_numbers("--sizes", args.sizes)
+    for size in sizes:
+        check_layer_cols("--sizes", size)  # a square layer: its columns are its size
+    configs = [_config("--configs", c) for c in comma_separated("--configs", args.configs)]
+    backends = comma_separated("--backends", args.backends)
+    check_at_least("--repeat", args.repeat, 1)
+    check_at_least("--workers", args.workers, 1)
+    if not args.ops_per_weight > 0:
+        raise UsageError(f"--ops-per-weight {args.ops_per_weight}: must be positive")
+    if args.sweep_threads:
+        for block in _whole_numbers("--sweep-threads", args.sweep_threads):
+            check_at_least("--sweep-threads", block, 1)
+    if args.profile_once:
+        size, method, init = args.profile_once
+        check_layer_cols("--profile-once SIZE", _whole_numbers("--profile-once SIZE", size)[0])
+        _config("--profile-once", f"{method}:{init}")
+    if args.json:
+        check_output_file("--json", args.json)
+    for name in dict.fromkeys(["cupy"] + backends):  # cupy: the device facts and kernel timer
+        ok, why = load_backend(name).available()
+        if not ok:
+            raise UsageError(f"backend {name} cannot run here: {why} (this benchmark needs a "
+                             "CUDA GPU and CuPy)")
+    return sizes, configs, backends
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hscale.gpu_bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = CommandParser(prog=PROG, description=plain_text(__doc__),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="4096,8192,16384",
-                        help="square layer sizes, comma-separated")
+                        help="square layer sizes, comma-separated, multiples of 16")
     parser.add_argument("--configs", default=DEFAULT_CONFIGS,
                         help="method:init pairs, comma-separated")
     parser.add_argument("--backends", default="cupy,torch-cuda",
@@ -357,22 +414,25 @@ def main(argv=None) -> int:
     parser.add_argument("--profile-once", nargs=3, metavar=("SIZE", "METHOD", "INIT"),
                         help="only run two on-device calls (for ncu)")
     args = parser.parse_args(argv)
+    try:
+        sizes, configs, backends = check_arguments(args)
+        if args.replot:
+            with open(args.replot) as f:
+                figures = json.load(f)
+    except (UsageError, OSError) as error:
+        return fail(PROG, error_text(error))
+    except ValueError as error:  # json.JSONDecodeError
+        return fail(PROG, f"--replot {args.replot}: not a JSON file of figures ({error})")
     if args.replot:
-        if not args.plot:
-            parser.error("--replot needs --plot PNG")
-        with open(args.replot) as f:
-            plot(json.load(f), args.plot, args.ops_per_weight)
+        plot(figures, args.plot, args.ops_per_weight)
         return 0
     if args.profile_once:
         size, method, init = args.profile_once
         profile_once(int(size), method, init)
         return 0
-    sizes = [int(s) for s in args.sizes.split(",") if s]
     if args.sweep_threads:
         sweep_threads(max(sizes), [int(t) for t in args.sweep_threads.split(",")], args.repeat)
         return 0
-    configs = [tuple(c.split(":")) for c in args.configs.split(",") if c]
-    backends = [b for b in args.backends.split(",") if b]
     results = run(sizes, configs, backends, args.repeat, args.ops_per_weight, args.workers)
     if args.json:
         tmp = args.json + ".tmp"
