@@ -292,7 +292,7 @@ def pytest_runtest_logreport(report):
         st.outcomes[report.nodeid] = (outcome, report.longreprtext)
     elif report.skipped and previous is None:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        st.outcomes[report.nodeid] = ("skipped", reason)
+        st.outcomes[report.nodeid] = ("skipped", reason.removeprefix("Skipped: "))
     elif report.passed and report.when == "call" and previous is None:
         st.outcomes[report.nodeid] = ("passed", "")
 

@@ -32,6 +32,7 @@ import numpy as np
 from hscale.reference import (E2M1_MIDPOINTS, SCALE_BYTE_VALUES, QuantizedWeight,
                               candidate_errors, encode_e2m1, pack_codes, unpack_codes)
 from hscale.reference.global_scale import multiplier_from_reciprocal
+from hscale.reference.initial_scale import FOUR_OVER_SIX_TOPS, TOP_MAGNITUDE
 
 from . import independent
 from .cases import Case, Rejection, fp32_hex
@@ -44,6 +45,8 @@ LISTED = 24
 #: Results of at most this many weights also get the independent exact certificate.
 SMALL_CASE = 1 << 14
 CONVENTIONS = ("multiplier", "reciprocal")
+#: The E2M1 magnitudes an init maps the group maximum onto (NVFP4-INIT-1, INIT-2).
+INIT_TOPS = {"maxabs": (TOP_MAGNITUDE,), "4over6": FOUR_OVER_SIX_TOPS}
 
 
 @dataclass
@@ -158,13 +161,18 @@ def observe(result, case: Case, convention: str = "multiplier"):
 
 def _observed_global_scale(value, convention):
     """The multiplier s_g of an observed global scale, or a finding."""
+    if np.ndim(value):
+        return math.nan, Finding("NVFP4-GS-1", f"global_scale: an array of shape "
+                                 f"{np.shape(value)}, not one fp32 value (the stored fp32 scale)",
+                                 kind="structure")
     try:
         number = float(value)
     except Exception:  # noqa: BLE001
-        return math.nan, Finding("NVFP4-GS-1", f"global_scale: {value!r} is not a number",
-                                 kind="structure")
-    if np.ndim(value) or float(np.float32(number)) != number and np.isfinite(number):
-        return math.nan, Finding("NVFP4-GS-1", f"global_scale: {value!r} is not one fp32 value "
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        return math.nan, Finding("NVFP4-GS-1", f"global_scale: {type(value).__name__} {shown} "
+                                 "is not a number", kind="structure")
+    if float(np.float32(number)) != number and np.isfinite(number):
+        return math.nan, Finding("NVFP4-GS-1", f"global_scale: {number!r} is not one fp32 value "
                                  "(the stored fp32 scale)", kind="structure")
     if convention == "reciprocal":
         if not (np.isfinite(number) and number > 0):
@@ -256,6 +264,13 @@ def compare_exact(case: Case, observed: QuantizedWeight, expected: QuantizedWeig
     if observed.delta is not None:
         same_byte = ~byte_differs
         for r, i in listed(same_byte & (observed.delta != expected.delta), "HSCALE-ARGMIN-1"):
+            if amax_g[r, i] and got_init[r, i] != want_init[r, i]:
+                findings.append(_initial_byte_finding(
+                    case, amax_g[r, i], sg, (r, i), int(want_init[r, i]), int(got_init[r, i]),
+                    f"reported delta expected {int(expected.delta[r, i]):+d} observed "
+                    f"{int(observed.delta[r, i]):+d} though the scale byte "
+                    f"0x{int(expected.scale_bytes[r, i]):02X} agrees"))
+                continue
             clause = "HSCALE-ARGMIN-1" if amax_g[r, i] else "NVFP4-ZERO-1"
             findings.append(Finding(
                 clause, f"reported delta expected {int(expected.delta[r, i]):+d} observed "
@@ -332,19 +347,20 @@ def _byte_finding(case, w, amax_g, sg, r, i, want, got, want_init, got_init) -> 
         return Finding("NVFP4-E4M3-3", f"scale byte expected 0x{want:02X} observed 0x{got:02X}, "
                        "which is not on the ladder 0x01..0x7E", where, kind="ladder", **pair)
     if case.method == "rtn" or got_init != want_init:
-        init_clause = "NVFP4-INIT-1" if case.init == "maxabs" else "NVFP4-INIT-2"
-        shown = f"0x{want_init:02X}" if case.method == "rtn" else (
-            f"0x{want_init:02X} observed 0x{got_init & 0xFF:02X}")
-        text = (f"initial byte expected {shown}; scale byte expected 0x{want:02X} observed "
-                f"0x{got:02X}; {_quotient_evidence(amax_g[r, i], sg)}")
-        return Finding(init_clause, text, where, kind="init", **pair)
+        # rtn's scale byte is its initial byte (HSCALE-METHOD-1)
+        if case.method == "rtn":
+            return _initial_byte_finding(case, amax_g[r, i], sg, where, want_init, got,
+                                         "rtn's scale byte", **pair)
+        return _initial_byte_finding(case, amax_g[r, i], sg, where, want_init, got_init,
+                                     f"scale byte expected 0x{want:02X} observed 0x{got:02X}",
+                                     **pair)
     c0 = want_init
     in_window = lo <= got - c0 <= hi or (got == 1 and c0 + lo <= 1) or (got == 0x7E and c0 + hi >= 0x7E)
     if not in_window:
         return Finding("HSCALE-WIN-1", f"scale byte expected 0x{want:02X} observed 0x{got:02X}: "
                        f"outside the window of initial byte 0x{c0:02X}, clip(c0 + [{lo}, +{hi}], "
-                       f"0x01, 0x7E) = 0x{max(1, c0 + lo):02X}..0x{min(0x7E, c0 + hi):02X}", where,
-                       kind="window", **pair)
+                       f"0x01, 0x7E) = 0x{max(1, c0 + lo):02X}..0x{min(0x7E, c0 + hi):02X}"
+                       f"{_tie_note(case, amax_g[r, i], sg)}", where, kind="window", **pair)
     group = w[r, GROUP * i:GROUP * (i + 1)]
     rows = candidate_errors(group, case.group_h(i), c0, sg, case.K, case.U)
     error = {byte: E for _, byte, E in reversed(rows)}  # a clipped duplicate: its first shift
@@ -358,7 +374,8 @@ def _byte_finding(case, w, amax_g, sg, r, i, want, got, want_init, got_init) -> 
                                           "in the priority order 0, +1, -1, +2, -2, ... wins")
     elif e_got > e_want:
         clause, why = "HSCALE-OBJ-1", ("the observed byte has the larger fp64 objective "
-                                       "(evaluated exactly as written, pairwise, no FMA)")
+                                       "(evaluated exactly as written, pairwise, no FMA)"
+                                       f"{_tie_note(case, amax_g[r, i], sg)}")
     else:
         clause, why = "HSCALE-ARGMIN-1", ("the observed byte has the SMALLER objective: the "
                                           "reference may be wrong, please report")
@@ -383,18 +400,56 @@ def _with_code_evidence(finding: Finding, w, observed, sg, r, i) -> Finding:
     return replace(finding, text=f"{text}; {note}{sep}{table}")
 
 
-def _quotient_evidence(amax: float, sg: float) -> str:
-    """``amax_g / (6 s_g) = q``, and whether q is exactly an E4M3 rounding midpoint."""
-    exact = Fraction(float(amax)) / (6 * Fraction(float(sg)))
-    text = f"amax_g / (6 s_g) = {float(exact)!r}"
-    values = SCALE_BYTE_VALUES
-    upper = int(np.searchsorted(values, float(exact)))
-    if 0 < upper < len(values):
-        midpoint = (Fraction(float(values[upper - 1])) + Fraction(float(values[upper]))) / 2
-        if exact == midpoint:
-            text += (f", exactly the E4M3 midpoint between 0x{upper - 1:02X} and 0x{upper:02X}: "
-                     "a tie, which goes to the even mantissa (NVFP4-E4M3-2)")
-    return text
+def _initial_byte_finding(case, amax, sg, where, want_init, got_init, what, **pair) -> Finding:
+    """A wrong initial byte (NVFP4-INIT-1 / INIT-2), with the exact quotient of each top the
+    init tries and whether it is an E4M3 rounding tie."""
+    clause = "NVFP4-INIT-1" if case.init == "maxabs" else "NVFP4-INIT-2"
+    pair = pair or dict(expected=f"0x{want_init:02X}", observed=f"0x{got_init & 0xFF:02X}")
+    return Finding(clause, f"{what}: initial byte expected 0x{want_init:02X} observed "
+                   f"0x{got_init & 0xFF:02X}; "
+                   f"{quotient_evidence(amax, sg, INIT_TOPS[case.init])}", where, kind="init",
+                   **pair)
+
+
+def _quotient(amax, sg, top) -> Fraction:
+    """amax_g / (top s_g), exactly."""
+    return Fraction(float(amax)) / (Fraction(float(top)) * Fraction(float(sg)))
+
+
+def _e4m3_tie(quotient: Fraction) -> int | None:
+    """The byte above ``quotient`` when it is exactly the midpoint of two neighbouring scale
+    bytes (a rounding tie of NVFP4-E4M3-2), else None."""
+    upper = int(np.searchsorted(SCALE_BYTE_VALUES, float(quotient)))
+    if 0 < upper < len(SCALE_BYTE_VALUES):
+        below, above = (Fraction(float(SCALE_BYTE_VALUES[b])) for b in (upper - 1, upper))
+        if quotient == (below + above) / 2:
+            return upper
+    return None
+
+
+def quotient_evidence(amax: float, sg: float, tops=(TOP_MAGNITUDE,)) -> str:
+    """``amax_g / (top s_g) = q`` for each top magnitude, and whether q is exactly an E4M3
+    rounding midpoint (an exact tie)."""
+    parts = []
+    for top in tops:
+        exact = _quotient(amax, sg, top)
+        text = f"amax_g / ({float(top):g} s_g) = {float(exact)!r}"
+        upper = _e4m3_tie(exact)
+        if upper is not None:
+            text += (f" exactly, the E4M3 midpoint between 0x{upper - 1:02X} and "
+                     f"0x{upper:02X}: an exact tie, which goes to the even mantissa "
+                     "(NVFP4-E4M3-2)")
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def _tie_note(case, amax, sg) -> str:
+    """For a wrong byte in a searched group whose initial byte comes from an exact E4M3 tie
+    (a window walked from the other neighbour is a likely cause): the tie. Else ''."""
+    tops = INIT_TOPS[case.init]
+    if all(_e4m3_tie(_quotient(amax, sg, top)) is None for top in tops):
+        return ""
+    return f"; the initial byte comes from a tie: {quotient_evidence(amax, sg, tops)}"
 
 
 def _code_finding(case, w, amax_g, sg, r, i, j, byte, want, got) -> Finding:
@@ -413,8 +468,8 @@ def _code_finding(case, w, amax_g, sg, r, i, j, byte, want, got) -> Finding:
     s = sg * float(SCALE_BYTE_VALUES[byte])
     quotient = Fraction(abs(value)) / Fraction(s)
     ties = [mid for mid in E2M1_MIDPOINTS if quotient == Fraction(mid)]
-    why = (f"|w|/s = {ties[0]!r} exactly: a tie, which goes to the even code" if ties
-           else f"|w|/s = {float(quotient)!r}")
+    why = (f"|w|/s = {ties[0]!r} exactly, an E2M1 midpoint: an exact tie, which goes to the "
+           "even code" if ties else f"|w|/s = {float(quotient)!r}")
     return Finding("NVFP4-E2M1-2", f"w = {value!r} ({bits}), s = {s!r}, {why}: code expected "
                    f"0x{want:X} observed 0x{got:X}", (r, i), j, kind="magnitude", **pair)
 
