@@ -34,7 +34,8 @@ from hscale.conformance.findings import plural
 from hscale.reference import QuantizedWeight, unpack_codes
 
 from . import formats, hexio
-from .serialize import MalformedVectors, case_from_json
+from .explain import missing_group
+from .serialize import MalformedVectors, read_case, read_vector_document
 
 GROUP = 16
 _HEX2 = re.compile(r"^[0-9a-fA-F]{2}$")
@@ -42,21 +43,41 @@ _HEX8 = re.compile(r"^[0-9a-fA-F]{8}$")
 _HEX16 = re.compile(r"^[0-9a-fA-F]{16}$")
 
 
+def read_manifest(directory) -> dict:
+    """The ``manifest.json`` of a vector directory, its ``files`` checked to map file names in
+    the directory to entries with a ``sha256``; ``MalformedVectors`` naming the directory or the
+    manifest when DIR is not a vector directory."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise MalformedVectors(f"{directory}: " + ("not a directory" if directory.exists()
+                                                    else "no such directory"))
+    path = directory / formats.MANIFEST
+    if not path.is_file():
+        raise MalformedVectors(f"{directory}: no {formats.MANIFEST} (not a vector directory)")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as error:  # not JSON, or not UTF-8
+        raise MalformedVectors(f"{path}: not JSON ({error})") from None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not all(
+            isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
+            for entry in files.values()):
+        raise MalformedVectors(f"{path}: not a vector manifest (a JSON object whose 'files' "
+                               "maps each file name to its 'sha256' is expected)")
+    outside = [name for name in files if "/" in name or "\\" in name or name in ("", ".", "..")]
+    if outside:
+        raise MalformedVectors(f"{path}: lists {outside[0]!r}, which is not a file name in the "
+                               "directory")
+    return manifest
+
+
 def load_vectors(directory) -> dict[str, tuple[str, Case]]:
     """case id -> (file name, case with its stored expected outputs), from every JSON file of
     the manifest, after checking every listed file's SHA-256: vectors that were edited or
     damaged are refused (``MalformedVectors``, naming the file) before anything is judged."""
     directory = Path(directory)
-    if not directory.is_dir():
-        raise MalformedVectors(f"{directory}: no such directory")
-    manifest_path = directory / formats.MANIFEST
-    if not manifest_path.is_file():
-        raise MalformedVectors(f"{directory}: no {formats.MANIFEST} (not a vector directory)")
-    try:
-        listed = json.loads(manifest_path.read_text())["files"]
-        checksums = {name: entry["sha256"] for name, entry in listed.items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise MalformedVectors(f"{manifest_path}: unreadable manifest ({error})") from None
+    listed = read_manifest(directory)["files"]
+    checksums = {name: entry["sha256"] for name, entry in listed.items()}
     for name, checksum in sorted(checksums.items()):
         path = directory / name
         if not path.is_file():
@@ -67,20 +88,12 @@ def load_vectors(directory) -> dict[str, tuple[str, Case]]:
     found: dict[str, tuple[str, Case]] = {}
     for name in sorted(n for n in checksums if n.endswith(".json")):
         path = directory / name
-        try:
-            entries = json.loads(path.read_text())["cases"]
-            if not isinstance(entries, list):
-                raise TypeError("'cases' is not a list")
-        except (ValueError, KeyError, TypeError) as error:
-            raise MalformedVectors(f"{path}: not a vector file ({error})") from None
+        _, entries = read_vector_document(path)
         for number, entry in enumerate(entries):
-            try:
-                case = case_from_json(entry)
-            except MalformedVectors as error:
-                raise MalformedVectors(f"{path}: {error}") from None
-            except (ValueError, KeyError, TypeError, IndexError) as error:
-                ident = entry.get("id", f"#{number}") if isinstance(entry, dict) else f"#{number}"
-                raise MalformedVectors(f"{path}: case {ident}: unreadable ({error!r})") from None
+            case = read_case(path, number, entry)
+            if case.id in found:
+                raise MalformedVectors(f"{path}: case {case.id} is also in {found[case.id][0]}; "
+                                       "case IDs are unique")
             found[case.id] = (name, case)
     return found
 
@@ -112,14 +125,35 @@ class _Report:
         return self.stopped
 
 
+class UnreadableObserved(ValueError):
+    """An observed-result file that holds no result to judge (names the file)."""
+
+
+def read_observed(observed_path) -> list[str]:
+    """The lines of an observed-result file; ``UnreadableObserved`` when it is not text or
+    holds no result line (empty, or only blank lines and comments); ``OSError`` when it cannot
+    be read."""
+    try:
+        lines = Path(observed_path).read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise UnreadableObserved(f"{observed_path}: not a text file ({error.reason} at byte "
+                                 f"{error.start})") from None
+    if not any(line.split("#", 1)[0].strip() for line in lines):
+        what = "only comments and blank lines" if lines else "the file is empty"
+        raise UnreadableObserved(f"{observed_path}: no observed results ({what}); expected "
+                                 "lines 'case_id row group scale_byte packed' or 'case_id gs "
+                                 "s_g' (docs/vectors.md)")
+    return lines
+
+
 def check(directory, observed_path, max_errors: int = 20, out=None,
           require_all: bool = False) -> int:
-    """Print mismatches; return 0 when everything observed matches, 1 otherwise (also when the
-    file holds no result at all). Unreadable vectors raise ``MalformedVectors``; an unreadable
-    observed file raises ``OSError``."""
+    """Print mismatches; return 0 when everything observed matches, 1 otherwise. Before
+    anything is judged: unreadable or damaged vectors raise ``MalformedVectors``, an observed
+    file that holds no result ``UnreadableObserved``, one that cannot be read ``OSError``."""
     out = out or sys.stdout
     vectors = load_vectors(directory)
-    lines = Path(observed_path).read_text().splitlines()
+    lines = read_observed(observed_path)
     report = _Report(out, max_errors)
     observations: dict[str, dict] = {}  # case id -> {"gs": (line, hex), (r, i): (line, byte, packed)}
     for number, raw in enumerate(lines, 1):
@@ -142,9 +176,8 @@ def check(directory, observed_path, max_errors: int = 20, out=None,
         print(f"stopped after {plural(report.errors, 'error')} (--errors {max_errors})", file=out)
     print(f"{plural(checked, 'observed line')} checked, {plural(report.errors, 'error')}; "
           f"{seen} of {plural(total, 'group')} of the vectors observed", file=out)
-    if checked == 0:
-        print(f"{observed_path}: no observed results (expected lines 'case_id row group "
-              "scale_byte packed' or 'case_id gs s_g')", file=out)
+    if checked == 0:  # every line was malformed: each is an error above
+        print(f"{observed_path}: no line could be read as a result", file=out)
         return 1
     if require_all and seen < total and not report.stopped:
         print(f"{plural(total - seen, 'group')} of the vectors are missing from the observed "
@@ -174,10 +207,9 @@ def _parse_line(line, vectors, observations, where, raw) -> str | None:
         return (f"{where}: malformed line {raw.strip()!r}; expected 'case_id row group "
                 "scale_byte(2 hex) packed(16 hex)'")
     row, group = int(fields[1]), int(fields[2])
-    rows, cols = case.shape
-    if row >= rows or group >= cols // GROUP:
-        return (f"{where}: case {fields[0]} has {plural(rows, 'row')} and {cols // GROUP} "
-                f"groups per row; there is no group ({row}, {group})")
+    missing = missing_group(case, row, group)
+    if missing:
+        return f"{where}: {missing}"
     obs[(row, group)] = (where, int(fields[3], 16), bytes.fromhex(fields[4]))
     return None
 

@@ -8,9 +8,16 @@ runs the same command on its own.
 from __future__ import annotations
 
 import argparse
+import difflib
+import json
+import os
 import sys
 import time
 from pathlib import Path
+
+from hscale.cli import (CommandParser, UsageError, check_at_least, check_output_file,
+                        error_text, fail)
+from hscale.conformance.findings import plural
 
 DEFAULT_LEVEL0_DIR = Path(__file__).resolve().parent / "level0"
 
@@ -28,7 +35,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         "2: large seeded random sweeps (default 0)")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED,
                    help=f"seed of the random cases (default {DEFAULT_SEED})")
-    p.add_argument("--cases", type=int, default=64, help="level 2: number of random tensors")
+    p.add_argument("--cases", type=int, default=None,
+                   help="level 2: number of random tensors (default 64)")
     p.add_argument("--subset", default=None,
                    help="level 1: only the sweeps whose case ID starts with this")
     p.add_argument("--no-clean", action="store_true",
@@ -82,36 +90,73 @@ def add_vectors_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_vectors(args) -> int:
-    """Run the command; a missing or unreadable file is one line on stderr and exit 2."""
-    from .serialize import MalformedVectors
+    """Run the command. A bad argument, a missing or unreadable file, vectors that are damaged:
+    one line on stderr and exit 2 (MalformedVectors and UnreadableObserved are ValueErrors)."""
     try:
         return _run(args)
-    except (OSError, MalformedVectors, ValueError) as error:
-        text = error.strerror + f": {error.filename}" if isinstance(error, OSError) and \
-            error.filename else str(error)
-        print(f"hscale vectors {args.vectors_command}: {text}", file=sys.stderr)
-        return 2
+    except (OSError, ValueError) as error:
+        return fail(f"hscale vectors {args.vectors_command}", error_text(error))
+
+
+def _generation_options(args) -> dict:
+    """The options of ``generate``'s level, each checked: an option of another level is an
+    error rather than ignored."""
+    if args.subset is not None and args.level != 1:
+        raise UsageError(f"--subset applies to level 1 only (this is level {args.level})")
+    if args.cases is not None and args.level != 2:
+        raise UsageError(f"--cases applies to level 2 only (this is level {args.level})")
+    if args.level == 2:
+        check_at_least("--cases", 64 if args.cases is None else args.cases, 1)
+        return {} if args.cases is None else {"cases": args.cases}
+    return {"subset": args.subset} if args.subset else {}
+
+
+def _generate(args) -> int:
+    from .formats import MANIFEST
+    from .generate import generate_files, write_files
+    check_at_least("--seed", args.seed, 0)
+    options = _generation_options(args)
+    try:  # before the work: a directory that cannot be made fails now
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"--out {args.out}: cannot create the directory "
+                         f"({error.strerror or error})") from None
+    start = time.perf_counter()
+    files = generate_files(args.level, args.seed, **options)
+    if json.loads(files[MANIFEST])["case_count"] == 0:
+        from .sweeps import level1_cases
+        sweeps = sorted({"-".join(case.id.split("-")[:2]) for case in level1_cases(args.seed)})
+        raise UsageError(f"--subset {args.subset}: no level-1 case ID starts with it; the "
+                         f"sweeps are {', '.join(sweeps)}")
+    write_files(args.out, files, clean=not args.no_clean)
+    size = sum(len(d) for d in files.values())
+    print(f"level {args.level}, seed {args.seed}: {plural(len(files), 'file')}, "
+          f"{plural(size, 'byte')} in {args.out} ({time.perf_counter() - start:.1f} s)")
+    return 0
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """``text`` at ``path``, written to a temporary name and renamed when complete."""
+    partial = path.with_name(path.name + ".partial")
+    try:
+        partial.write_text(text)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _unknown_case(case_id: str, vectors: dict, directory) -> str:
+    close = difflib.get_close_matches(case_id, list(vectors), n=3)
+    hint = (f"; did you mean {' or '.join(close)}?" if close else
+            " (hscale vectors expect DIR lists the cases)")
+    return f"{directory}: no case {case_id!r}{hint}"
 
 
 def _run(args) -> int:
     command = args.vectors_command
     if command == "generate":
-        from .generate import generate_files, write_files
-        start = time.perf_counter()
-        options = {}
-        if args.level == 2:
-            options["cases"] = args.cases
-        if args.level == 1 and args.subset:
-            options["subset"] = args.subset
-        files = generate_files(args.level, args.seed, **options)
-        write_files(args.out, files, clean=not args.no_clean)
-        size = sum(len(d) for d in files.values())
-        print(f"level {args.level}, seed {args.seed}: {len(files)} files, {size} bytes in "
-              f"{args.out} ({time.perf_counter() - start:.1f} s)")
-        return 0
+        return _generate(args)
     if command == "verify":
-        from hscale.conformance.findings import plural
-
         from .verify import verify_dir
         problems = verify_dir(args.dir)
         for problem in problems:
@@ -125,13 +170,16 @@ def _run(args) -> int:
         return 0
     if command == "check":
         from .check import check
-        return check(args.dir, args.observed, max_errors=max(1, args.errors),
+        check_at_least("--errors", args.errors, 1)
+        return check(args.dir, args.observed, max_errors=args.errors,
                      require_all=args.require_all)
     if command == "expect":
         from .check import observed_lines
+        if args.out:
+            check_output_file("--out", args.out)  # before the work
         text = "\n".join(observed_lines(args.dir, not args.no_gs)) + "\n"
         if args.out:
-            Path(args.out).write_text(text)
+            _write_atomically(args.out, text)
         else:
             sys.stdout.write(text)
         return 0
@@ -140,18 +188,19 @@ def _run(args) -> int:
         from .explain import explain_group
         vectors = load_vectors(args.dir)
         if args.case not in vectors:
-            raise ValueError(f"no case {args.case!r} in {args.dir}")
+            raise UsageError(_unknown_case(args.case, vectors, args.dir))
         print(explain_group(*vectors[args.case], args.row, args.group))
         return 0
     if command == "clauses":
         from .docs import clause_table
+        check_at_least("--seed", args.seed, 0)
         print(clause_table(args.seed))
         return 0
     raise AssertionError(command)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hscale.vectors",
-                                     description="Golden test vectors for H-Scale NVFP4.")
+    parser = CommandParser(prog="python -m hscale.vectors",
+                           description="Golden test vectors for H-Scale NVFP4.")
     configure_parser(parser)
     return run_vectors(parser.parse_args(argv))

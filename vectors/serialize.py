@@ -2,11 +2,17 @@
 authoritative, human-readable form), and the parameter set it belongs to (the unit that gets one
 file per format).
 
+Reading a vector file (``read_vector_document``, ``read_case``) refuses what is not one with
+``MalformedVectors``, naming the file and the case.
+
 The case itself is the one case model of the project, ``hscale.conformance.cases.Case``; its
 outputs are a ``QuantizedWeight`` or, for inputs the spec rejects, a ``Rejection``.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 
@@ -20,6 +26,44 @@ ERROR_SET = "errors"
 
 class MalformedVectors(ValueError):
     """A vector file that cannot be read as what it claims to be (names the file and case)."""
+
+
+_JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean",
+               type(None): "null"}
+
+
+def read_vector_document(path, shown=None) -> tuple[dict, list]:
+    """(document, its case entries) of a vector JSON file; ``MalformedVectors`` naming the
+    file (as ``shown``, default its path) when it is not one."""
+    shown = path if shown is None else shown
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except ValueError as error:  # not JSON, or not UTF-8
+        raise MalformedVectors(f"{shown}: not JSON ({error})") from None
+    entries = document.get("cases") if isinstance(document, dict) else None
+    if not isinstance(entries, list):
+        found = (f"a JSON {_JSON_KINDS.get(type(document), 'value')}"
+                 if not isinstance(document, dict) else
+                 "no 'cases'" if entries is None else "'cases' is not a list")
+        raise MalformedVectors(f"{shown}: not a vector file (a JSON object with a 'cases' list "
+                               f"is expected; found {found})")
+    return document, entries
+
+
+def read_case(path, number: int, entry, with_expected: bool = True) -> Case:
+    """Case ``number`` of the vector file ``path`` (``case_from_json``); ``MalformedVectors``
+    naming the file and the case when the entry cannot be read."""
+    if not isinstance(entry, dict):
+        raise MalformedVectors(f"{path}: cases[{number}]: not a JSON object")
+    ident = entry.get("id", f"cases[{number}]")
+    try:
+        return case_from_json(entry, with_expected=with_expected)
+    except MalformedVectors as error:  # it names the case
+        raise MalformedVectors(f"{path}: {error}") from None
+    except KeyError as error:
+        raise MalformedVectors(f"{path}: case {ident}: no field {error}") from None
+    except (ValueError, TypeError, IndexError, AttributeError) as error:
+        raise MalformedVectors(f"{path}: case {ident}: unreadable ({error})") from None
 
 
 def dtype_name(case: Case) -> str:

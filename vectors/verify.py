@@ -9,17 +9,18 @@ does not list what it should, or vectors made for another spec version.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from hscale import SPEC_VERSION
+from hscale.conformance.findings import plural
 
 from . import formats
 from .catalogue import clause_index
 from .generate import _is_vector_file
 from hscale.conformance.cases import CaseError
 
-from .serialize import MalformedVectors, case_from_json, case_json
+from .check import read_manifest
+from .serialize import MalformedVectors, case_json, read_case, read_vector_document
 
 HEADER_KEYS = ("format", "format_version", "spec_version", "level", "seed", "set", "parameters",
                "conventions")
@@ -37,7 +38,8 @@ def _first_difference(stored, fresh, path=""):
                 return _first_difference(stored[key], fresh[key], f"{path}{key}.")
     if isinstance(stored, list) and isinstance(fresh, list):
         if len(stored) != len(fresh):
-            return f"{path.rstrip('.')}: {len(stored)} entries stored, {len(fresh)} recomputed"
+            return (f"{path.rstrip('.')}: {plural(len(stored), 'entry', 'entries')} stored, "
+                    f"{len(fresh)} recomputed")
         for index, (a, b) in enumerate(zip(stored, fresh)):
             if a != b:
                 return _first_difference(a, b, f"{path}[{index}].")
@@ -58,7 +60,7 @@ def _where(stored: bytes, fresh: bytes, file_name: str, records) -> str:
                 except (ValueError, IndexError):
                     case = ""
             return f"line {number}{case}: "
-    return f"{len(old)} lines where {len(new)} are expected: "
+    return f"{plural(len(old), 'line')} where {len(new)} are expected: "
 
 
 def verify_dir(directory) -> list[str]:
@@ -66,17 +68,12 @@ def verify_dir(directory) -> list[str]:
     ``MalformedVectors`` when DIR is not a vector directory at all."""
     directory = Path(directory)
     problems: list[str] = []
-    manifest_path = directory / formats.MANIFEST
-    if not directory.is_dir():
-        raise MalformedVectors(f"{directory}: no such directory")
-    if not manifest_path.is_file():
-        raise MalformedVectors(f"{directory}: no {formats.MANIFEST} (not a vector directory)")
-    try:
-        manifest = json.loads(manifest_path.read_text())
-        listed = manifest["files"]
-        level, seed = manifest["level"], manifest["seed"]
-    except (ValueError, KeyError) as error:
-        return [f"{manifest_path}: unreadable manifest ({error})"]
+    manifest = read_manifest(directory)
+    listed = manifest["files"]
+    level, seed = manifest.get("level"), manifest.get("seed")
+    if not isinstance(level, int) or not isinstance(seed, int):
+        return [f"{formats.MANIFEST}: no 'level' and 'seed' (whole numbers) to recompute the "
+                "vectors with"]
     if manifest.get("spec_version") != SPEC_VERSION:
         problems.append(f"{formats.MANIFEST}: vectors are for spec version "
                         f"{manifest.get('spec_version')!r}, the reference is {SPEC_VERSION!r}")
@@ -103,11 +100,11 @@ def verify_dir(directory) -> list[str]:
         if not path.is_file():
             continue
         try:
-            document = json.loads(path.read_text())
-            entries = document["cases"]
-            cases = [case_from_json(entry, with_expected=False) for entry in entries]
-        except (ValueError, KeyError, TypeError) as error:
-            problems.append(f"{name}: unreadable vector file ({error!r})")
+            document, entries = read_vector_document(path, name)
+            cases = [read_case(name, number, entry, with_expected=False)
+                     for number, entry in enumerate(entries)]
+        except MalformedVectors as error:  # it names the file (and the case)
+            problems.append(str(error))
             continue
         records = []
         for entry, case in zip(entries, cases):
