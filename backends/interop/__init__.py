@@ -10,19 +10,20 @@ skips. Measurements and divergences: docs/interop-notes.md.
 
     pytest conformance --backend hscale.backends.interop.torchao_nvfp4:create --self-tests off
 
-=========================  ===================================================================
-module:factory             library path
-=========================  ===================================================================
-torchao_nvfp4:create       torchao ``NVFP4Tensor.to_nvfp4`` with ``per_tensor_amax_to_scale``
-torchao_nvfp4:             the same without a per-tensor scale (single-level: s_g = 1)
-create_single_level
-compressed_tensors_nvfp4:  compressed-tensors qparams + quantize + ``NVFP4PackedCompressor``
-create                     (what llm-compressor writes as ``nvfp4-pack-quantized``)
-llmcompressor_observers:   llm-compressor's CPU observers (min-max, MSE, ...) feeding the
-create_minmax, ...         compressed-tensors path above
-modelopt_nvfp4:create      nvidia-modelopt ``NVFP4QTensor.quantize``
-fouroversix_nvfp4,         fouroversix, AutoRound, FP-Quant, where they run on a CPU
-autoround_nvfp4,
-fpquant_nvfp4
-=========================  ===================================================================
+=====================================  =======================================================
+module:factory                         library path
+=====================================  =======================================================
+torchao_nvfp4:create                   torchao ``NVFP4Tensor.to_nvfp4`` with
+                                       ``per_tensor_amax_to_scale``
+torchao_nvfp4:create_single_level      the same without a per-tensor scale (s_g = 1)
+compressed_tensors_nvfp4:create        compressed-tensors qparams + ``NVFP4PackedCompressor``
+                                       (the ``nvfp4-pack-quantized`` checkpoint)
+llmcompressor_nvfp4:create,            llm-compressor's weight observers (min-max, MSE,
+create_mse, create_expanded_mse,       expanded MSE, its ``fouroversix`` alias) on the
+create_fouroversix                     compressed-tensors path
+modelopt_nvfp4:create                  nvidia-modelopt ``NVFP4QTensor.quantize``
+fouroversix_nvfp4:create               fouroversix's PyTorch reference (static_6, 4over6)
+autoround_nvfp4:create                 AutoRound ``nv_fp4`` + ``QuantLinear.pack``
+fpquant_nvfp4:create                   FP-Quant ``forward_quantize`` (QuTLASS, CUDA only)
+=====================================  =======================================================
 """
