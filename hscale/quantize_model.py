@@ -41,7 +41,7 @@ import numpy as np
 from hscale import __version__
 from hscale.checkpoint import (DEFAULT_MAX_SHARD_BYTES, FORMATS, MODELOPT_CONFIG,
                                CheckpointError, OutputDirectory, SafetensorsModel, ShardWriter,
-                               TensorInfo, compressed_tensors_config, copy_side_files,
+                               TensorInfo, compressed_tensors_config, copy_side_files, read_header,
                                modelopt_config, quantized_tensor_infos, quantized_tensors,
                                to_numpy_bits, writable_global_scale)
 from hscale.reference import compute_global_scale, gptq_quantize
@@ -138,8 +138,14 @@ def check_request(request: QuantizeRequest) -> None:
         raise ValueError("--act-order: only the gptq pipeline has a column order")
     if request.calibration_text is not None and not Path(request.calibration_text).is_file():
         raise ValueError(f"--calibration-text {request.calibration_text}: no such file")
-    if request.hessian is not None and not Path(request.hessian).is_file():
-        raise ValueError(f"--hessian {request.hessian}: no such file")
+    if request.hessian is not None:
+        if not Path(request.hessian).is_file():
+            raise ValueError(f"--hessian {request.hessian}: no such file")
+        try:
+            read_header(Path(request.hessian))
+        except CheckpointError as exc:
+            raise ValueError(f"--hessian {request.hessian}: unreadable, not an hscale "
+                             f"calibrate file ({exc})") from None
     from hscale.backends import get
     backend = get(request.backend)
     ok, why = backend.available()
@@ -271,13 +277,15 @@ def calibration_texts(request: QuantizeRequest) -> list[str]:
     return texts[:request.samples]
 
 
-def calibrate(directory: Path, modules: list[str], request: QuantizeRequest, full: bool):
-    """({module: h}, {module: H} or {}, facts) from a forward pass over the calibration text."""
+def calibrate(directory: Path, modules: list[str], request: QuantizeRequest, full: bool,
+              texts: list[str] | None = None):
+    """({module: h}, {module: H} or {}, facts) from a forward pass over the calibration text
+    (or ``texts``)."""
     import torch
     import transformers
     from hscale.calibration import collect_hessian, collect_hessian_diag, text_batches
     from hscale.models import _quiet_transformers
-    texts = calibration_texts(request)
+    texts = calibration_texts(request) if texts is None else texts
     with _quiet_transformers():
         config = transformers.AutoConfig.from_pretrained(directory)
         cls = next(getattr(transformers, n) for n in config.architectures
@@ -341,7 +349,9 @@ def load_hessians(path, modules: list[str], full: bool):
                         raise ValueError(f"--hessian {path}: no full H for {module}; gptq needs "
                                          "it: hscale calibrate --full")
                     H[module] = f.get_tensor(f"H.{module}")
-    except (OSError, RuntimeError) as exc:  # not a safetensors file
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - safetensors' own error type for a bad file
         raise ValueError(f"--hessian {path}: unreadable ({exc})") from None
     return h, H
 
@@ -379,6 +389,13 @@ def _as_numpy(value):
     return value
 
 
+def set_global_scale(members, weight_of, fmt: str, ceiling: float) -> np.float32:
+    """The one s_g of a fused set (NVFP4-CKPT-3): NVFP4-GS-1 from the largest amax of its
+    members (``weight_of(module)`` gives each weight), as ``fmt`` can store it."""
+    amax = max(tensor_amax(f"{m}.weight", weight_of(m)) for m in members)
+    return writable_global_scale(fmt, compute_global_scale(amax, ceiling))
+
+
 def tensor_amax(name: str, weight: np.ndarray) -> float:
     """max |w| of a stored weight, after checking that every element is finite (NVFP4-IN-1,
     the message naming the tensor and the first bad index)."""
@@ -389,19 +406,27 @@ def tensor_amax(name: str, weight: np.ndarray) -> float:
     return max(float(np.max(weight)), -float(np.min(weight)))
 
 
-def layer_quality(weight, result, rtn, h, G) -> dict:
+def layer_quality(weight, result, rtn, h, G, rows_per_block: int = 256) -> dict:
     """Weight MSE, the diagonal proxy sum_j h_j dW_ij^2 and (with G) Tr(dW G dW^T), each with
-    the same quantity of RTN at the same s_g, and the shift histogram."""
-    w = np.asarray(weight, np.float64)
-    d = w - result.dequantize().astype(np.float64)
-    d_rtn = w - rtn.dequantize().astype(np.float64)
-    out = {"weight_mse": float(np.mean(d * d)), "weight_mse_rtn": float(np.mean(d_rtn * d_rtn))}
-    if h is not None:
-        out["diag_error"] = float(np.sum((d * d) @ h))
-        out["diag_error_rtn"] = float(np.sum((d_rtn * d_rtn) @ h))
-    if G is not None:
-        out["output_error"] = float(np.sum((d @ G) * d))  # Tr(dW G dW^T)
-        out["output_error_rtn"] = float(np.sum((d_rtn @ G) * d_rtn))
+    the same quantity of RTN at the same s_g, and the shift histogram; computed by blocks of
+    rows, so that the float64 differences of a large layer never exist whole."""
+    from hscale.reference import dequantize
+    sums = Counter()
+    for r0 in range(0, weight.shape[0], rows_per_block):
+        rows = slice(r0, r0 + rows_per_block)
+        w = np.asarray(weight[rows], np.float64)
+        for tag, q in (("", result), ("_rtn", rtn)):
+            d = w - dequantize(q.codes[rows], q.scale_bytes[rows], q.global_scale)
+            sums["weight_se" + tag] += float(np.sum(d * d))
+            if h is not None:
+                sums["diag_error" + tag] += float(np.sum((d * d) @ h))
+            if G is not None:
+                sums["output_error" + tag] += float(np.sum((d @ G) * d))  # Tr(dW G dW^T)
+    out = {"weight_mse": sums["weight_se"] / weight.size,
+           "weight_mse_rtn": sums["weight_se_rtn"] / weight.size}
+    for key in ("diag_error", "output_error"):
+        if key in sums:
+            out[key], out[key + "_rtn"] = sums[key], sums[key + "_rtn"]
     if result.delta is not None:
         live = result.scale_bytes != 0
         values, counts = np.unique(result.delta[live], return_counts=True)
@@ -446,9 +471,8 @@ def quantize_model(request: QuantizeRequest | None = None, **options) -> Quantiz
         global_scales = {}
         for plan in quantized:  # one pass over the weights for the fused sets' amax
             if plan.fused_with[0] == plan.module and len(plan.fused_with) > 1:
-                amax = max(tensor_amax(f"{m}.weight", to_numpy_bits(source.tensor(f"{m}.weight")))
-                           for m in plan.fused_with)
-                s_g = writable_global_scale(request.format, compute_global_scale(amax, ceiling))
+                s_g = set_global_scale(plan.fused_with, lambda m: source.array(f"{m}.weight"),
+                                       request.format, ceiling)
                 global_scales.update({m: s_g for m in plan.fused_with})
 
         writer = ShardWriter(output.path, output_tensors(source, plans, request.format),
@@ -459,19 +483,17 @@ def quantize_model(request: QuantizeRequest | None = None, **options) -> Quantiz
         quantize_started = time.perf_counter()
         for name in names:
             plan = replaced.get(name)
-            tensor = source.tensor(name)
+            tensor = source.array(name)
             if plan is None:
-                writer.write(name, to_numpy_bits(tensor))
+                writer.write(name, tensor)
                 bar.update(1)
                 continue
-            weight = to_numpy_bits(tensor)
+            weight = tensor
             if weight.dtype not in WEIGHT_DTYPES:
                 raise ValueError(f"{name}: dtype {weight.dtype}")
             s_g = global_scales.get(plan.module)
             if s_g is None:
-                s_g = writable_global_scale(request.format,
-                                            compute_global_scale(tensor_amax(name, weight),
-                                                                 ceiling))
+                s_g = set_global_scale((plan.module,), lambda m: weight, request.format, ceiling)
             try:
                 result = quantize_weight(
                     weight, h.get(plan.module), pipeline=request.pipeline,
@@ -484,8 +506,9 @@ def quantize_model(request: QuantizeRequest | None = None, **options) -> Quantiz
             for tensor_name, data in quantized_tensors(request.format, plan.module,
                                                        result).items():
                 writer.write(tensor_name, data)
-            rtn = backend.quantize(weight, method="rtn", init="maxabs",
-                                   global_scale=result.global_scale)
+            rtn = result if (request.pipeline, request.method) == ("rtn", "rtn") else \
+                backend.quantize(weight, method="rtn", init="maxabs",
+                                 global_scale=result.global_scale)
             quality = layer_quality(weight, result, rtn, h.get(plan.module), H.get(plan.module))
             report.layers.append({"module": plan.module, "shape": [plan.rows, plan.cols],
                                   "global_scale": float(result.global_scale),
@@ -498,10 +521,153 @@ def quantize_model(request: QuantizeRequest | None = None, **options) -> Quantiz
         ignore = [p.module for p in plans if not p.quantize]
         _write_configs(output.path, request.format, ignore)
         report.summary = summarize(report.layers)
+        if request.model_dir is None:  # the bundled sentence encoder: what its users measure
+            from hscale.calibration import heldout_texts
+            report.summary["embedding_cosine_heldout"] = embedding_cosines(
+                directory, output.path, heldout_texts())
         report.seconds["total"] = time.perf_counter() - started
         (output.path / REPORT_NAME).write_text(json.dumps(asdict(report), indent=1) + "\n")
         output.commit()
     return report
+
+
+def dequantized_into(model, checkpoint_dir) -> int:
+    """Replace every quantized Linear's weight of ``model`` (the source model, loaded) with the
+    checkpoint's weight as NVFP4-DEQ-1 defines it (float32); returns how many."""
+    import torch
+    from hscale.checkpoint import detect_format, iter_quantized_modules, read_stored_linear
+    from hscale.reference import dequantize, unpack_codes
+    fmt = detect_format(checkpoint_dir).format
+    stored_model = SafetensorsModel(checkpoint_dir)
+    count = 0
+    for module in iter_quantized_modules(stored_model, fmt):
+        stored = read_stored_linear(stored_model, fmt, module)
+        weight = dequantize(unpack_codes(stored.packed), stored.scale_bytes, stored.global_scale)
+        with torch.no_grad():
+            model.get_submodule(module).weight.copy_(torch.from_numpy(weight))
+        count += 1
+    return count
+
+
+def sentence_embeddings(model, tokenizer, texts, batch_size: int = 32) -> np.ndarray:
+    """Mean-pooled, L2-normalised last hidden states (all-MiniLM-L6-v2's sentence embedding)."""
+    import torch
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(texts), batch_size):
+            batch = tokenizer(texts[i:i + batch_size], padding=True, truncation=True,
+                              max_length=256, return_tensors="pt")
+            hidden = model(**batch).last_hidden_state.float()
+            mask = batch["attention_mask"].unsqueeze(-1).float()
+            pooled = (hidden * mask).sum(1) / mask.sum(1)
+            out.append(torch.nn.functional.normalize(pooled, dim=-1).numpy())
+    return np.concatenate(out).astype(np.float64)
+
+
+def embedding_cosines(source_dir, checkpoint_dir, texts) -> dict:
+    """Cosine similarity of each text's sentence embedding, the quantized checkpoint's against
+    the source model's (float32): through NVFP4-DEQ-1 (``dequantized_into``) and, for a
+    compressed-tensors checkpoint, through the library's own loading (transformers with
+    compressed-tensors, decompressing on load)."""
+    import transformers
+    from hscale.checkpoint import detect_format
+    from hscale.models import _quiet_transformers
+    import warnings
+    with _quiet_transformers(), warnings.catch_warnings():
+        # transformers warns that the checkpoint's own quantization_config wins: it is the same
+        warnings.simplefilter("ignore", UserWarning)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source_dir)
+        config = transformers.AutoConfig.from_pretrained(source_dir)
+        cls = next(getattr(transformers, n) for n in config.architectures
+                   if hasattr(transformers, n))
+        reference = cls.from_pretrained(source_dir).eval()
+        base = sentence_embeddings(reference, tokenizer, texts)
+        dequantized_into(reference, checkpoint_dir)
+        ours = sentence_embeddings(reference, tokenizer, texts)
+    result = {"texts": len(texts), "dequantize": _cosine_stats(base, ours)}
+    if detect_format(checkpoint_dir).format == "compressed-tensors":
+        try:
+            with _quiet_transformers(), warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                loaded = cls.from_pretrained(
+                    checkpoint_dir,
+                    quantization_config=transformers.CompressedTensorsConfig(dequantize=True)
+                ).eval()
+            result["compressed_tensors_load"] = _cosine_stats(
+                base, sentence_embeddings(loaded, tokenizer, texts))
+        except ImportError as exc:
+            result["compressed_tensors_load"] = f"not run: {exc}"
+    return result
+
+
+def _cosine_stats(a: np.ndarray, b: np.ndarray) -> dict:
+    cosines = np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    return {"mean": float(np.mean(cosines)), "min": float(np.min(cosines))}
+
+
+def calibrate_to_file(request: QuantizeRequest, path, *, full: bool, force: bool) -> dict:
+    """``hscale calibrate``: h (and H) of the Linears ``hscale quantize`` would quantize with
+    the same ignore list, written to ``path``."""
+    path = Path(path)
+    if path.exists() and not force:
+        raise ValueError(f"{path} exists; choose another --out or pass --force to replace it")
+    if not path.absolute().parent.is_dir():
+        raise ValueError(f"--out {path}: the directory {path.absolute().parent} does not exist")
+    for name in ("samples", "seq_len", "batch_size"):
+        value = getattr(request, name)
+        if value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} {value}: must be a positive integer")
+    if request.calibration_text is not None and not Path(request.calibration_text).is_file():
+        raise ValueError(f"--calibration-text {request.calibration_text}: no such file")
+    directory = model_directory(request)
+    plans = plan_layers(SafetensorsModel(directory), architecture_linears(directory),
+                        request.ignore)
+    modules = [p.module for p in plans if p.quantize]
+    h, H, facts = calibrate(directory, modules, request, full)
+    facts["layers"] = len(modules)
+    save_hessians(path, h, H, facts)
+    return facts
+
+
+def format_summary(report: QuantizeReport) -> str:
+    """The per-layer table and the totals, readable in one screen."""
+    request = report.request
+    lines = [f"{report.source} -> {report.out}: pipeline {request['pipeline']}, method "
+             f"{request['method']}, format {request['format']}, backend {request['backend']}",
+             f"{'layer':48} {'shape':>11} {'weight MSE':>11} {'diag(H) err':>12} "
+             f"{'output err':>11}   (each relative to RTN at the same s_g)"]
+
+    def ratio(layer, key):
+        if key not in layer or not layer[key + "_rtn"]:
+            return f"{'-':>11}"
+        return f"{layer[key] / layer[key + '_rtn']:11.3f}"
+    for layer in report.layers:
+        name = layer["module"] if len(layer["module"]) <= 48 else "..." + layer["module"][-45:]
+        shape = "x".join(map(str, layer["shape"]))
+        lines.append(f"{name:48} {shape:>11} {ratio(layer, 'weight_mse')} "
+                     f"{ratio(layer, 'diag_error'):>12} {ratio(layer, 'output_error')}")
+    summary = report.summary
+
+    def shown(value):
+        return "-" if value is None else f"{value:.3f}"
+    lines.append(f"mean over {summary['layers']} layers: weight MSE "
+                 f"{shown(summary['weight_mse_vs_rtn'])}, diag(H) error "
+                 f"{shown(summary['diag_error_vs_rtn'])}, output error "
+                 f"{shown(summary['output_error_vs_rtn'])} of RTN's")
+    if summary.get("shifts"):
+        lines.append("shifts chosen (delta: groups): " + ", ".join(
+            f"{k:+d}: {v}" for k, v in summary["shifts"].items()))
+    for entry in report.skipped:
+        lines.append(f"not quantized: {entry['module']}: {entry['reason']}")
+    cosine = summary.get("embedding_cosine_heldout")
+    if cosine:
+        lines.append(f"sentence embeddings on {cosine['texts']} held-out texts, cosine to fp32: "
+                     f"mean {cosine['dequantize']['mean']:.5f} (min "
+                     f"{cosine['dequantize']['min']:.5f})")
+    seconds = report.seconds
+    lines.append(f"time: calibration {seconds.get('calibration', 0):.1f} s, quantization "
+                 f"{seconds.get('quantize', 0):.1f} s, total {seconds.get('total', 0):.1f} s")
+    return "\n".join(lines)
 
 
 def _write_configs(directory: Path, fmt: str, ignore: list[str]) -> None:

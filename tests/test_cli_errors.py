@@ -163,11 +163,42 @@ CASES = [
      "the directory {in}/no/such/dir does not exist"),
     ("clauses-negative-seed", ["vectors", "clauses", "--seed", "-1"],
      "--seed -1: must be at least 0"),
+    ("quantize-missing-model", ["quantize", "{in}/no-model", "--out", "{in}/q"],
+     "no-model: no such model directory"),
+    ("quantize-not-a-model", ["quantize", "{in}", "--out", "{in}/q"],
+     "no config.json (not a Hugging Face model directory)"),
+    ("quantize-existing-out", ["quantize", "--out", "{in}", "--method", "rtn"],
+     "exists; choose another --out or pass --force to replace it"),
+    ("quantize-out-missing-parent", ["quantize", "--out", "{in}/no/such/q", "--method", "rtn"],
+     "no such directory (the parent of --out)"),
+    ("quantize-bad-pipeline", ["quantize", "--pipeline", "awq"], "invalid choice: 'awq'"),
+    ("quantize-bad-format", ["quantize", "--format", "gguf"], "invalid choice: 'gguf'"),
+    ("quantize-missing-text", ["quantize", "--out", "{in}/q", "--calibration-text",
+                               "{in}/missing.txt"], "--calibration-text {in}/missing.txt: no such "
+                                                    "file"),
+    ("quantize-missing-hessian", ["quantize", "--out", "{in}/q", "--hessian", "{in}/h.st"],
+     "--hessian {in}/h.st: no such file"),
+    ("quantize-unreadable-hessian", ["quantize", "--out", "{in}/q", "--hessian",
+                                     "{in}/comments.txt"], "--hessian {in}/comments.txt: "
+                                                           "unreadable"),
+    ("quantize-act-order-without-gptq", ["quantize", "--out", "{in}/q", "--act-order"],
+     "--act-order: only the gptq pipeline has a column order"),
+    ("quantize-samples-zero", ["quantize", "--out", "{in}/q", "--samples", "0"],
+     "--samples 0: must be a positive integer"),
+    ("quantize-bad-shard-size", ["quantize", "--max-shard-size", "lots"],
+     "'lots' is not a size such as 2GB or 512MB"),
+    ("quantize-unknown-backend", ["quantize", "--out", "{in}/q", "--backend", "nosuch"],
+     "backend 'nosuch'"),
+    ("calibrate-without-out", ["calibrate"], "the following arguments are required: --out"),
+    ("calibrate-existing-out", ["calibrate", "--out", "{in}/a_file"],
+     "a_file exists; choose another --out or pass --force"),
+    ("calibrate-missing-model", ["calibrate", "{in}/no-model", "--out", "{in}/h.safetensors"],
+     "no-model: no such model directory"),
 ]
 
 
 COMMANDS = {"demo", "bench", "vectors", "generate", "verify", "check", "expect", "explain",
-            "clauses"}
+            "clauses", "quantize", "calibrate"}
 
 
 def _prog(arguments) -> str:
@@ -189,7 +220,8 @@ LISTED_IN_THE_ISSUE = {
     "bench-reference-memory", "explain-no-such-group", "explain-no-such-case",
     "verify-missing-directory", "generate-without-out", "check-missing-observed",
     "check-empty-observed", "check-comments-only", "sizes-not-a-multiple-of-16", "--help",
-    "gpu_bench --help"}
+    "gpu_bench --help", "quantize-missing-model", "quantize-existing-out",
+    "quantize-missing-hessian", "quantize-unreadable-hessian", "calibrate-existing-out"}
 
 
 def params(idents, *values):

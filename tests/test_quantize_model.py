@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from hscale.checkpoint import (FORMATS, SafetensorsModel, detect_format,  # noqa: E402
-                               iter_quantized_modules, read_stored_linear, to_numpy_bits)
+                               iter_quantized_modules, read_stored_linear)
 from hscale.quantize_model import (REPORT_NAME, QuantizeRequest, quantize_model,  # noqa: E402
                                    quantize_weight, save_hessians)
 from hscale.reference import compute_global_scale, quantize  # noqa: E402
@@ -68,7 +68,7 @@ def _stored_and_expected(out: Path, source: Path, fmt: str, h=None, method="rtn"
     stored_model, original = SafetensorsModel(out), SafetensorsModel(source)
     for module in iter_quantized_modules(stored_model, fmt):
         stored = read_stored_linear(stored_model, fmt, module)
-        weight = to_numpy_bits(original.tensor(f"{module}.weight"))
+        weight = original.array(f"{module}.weight")
         want = quantize(weight, None if h is None else h[module], method=method, init=init,
                         global_scale=stored.global_scale)
         yield module, stored, want
@@ -96,7 +96,8 @@ def test_rtn_checkpoint_stores_the_reference_result(tiny, tmp_path, fmt):
     for name in source.names():  # everything not quantized is carried over bit for bit
         if name.endswith(".weight") and name[:-7] in set(iter_quantized_modules(written, fmt)):
             continue
-        assert torch.equal(source.tensor(name), written.tensor(name)), name
+        a, b = source.array(name), written.array(name)
+        assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8)), name
     report_file = json.loads((out / REPORT_NAME).read_text())
     assert report_file["summary"]["layers"] == 14
 
@@ -113,7 +114,7 @@ def test_fused_layers_share_one_global_scale(tiny, tmp_path):
         for members in (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
                         ("mlp.gate_proj", "mlp.up_proj")):
             names = [f"model.layers.{layer}.{m}" for m in members]
-            amax = max(float(np.max(np.abs(source.tensor(f"{n}.weight").numpy()))) for n in names)
+            amax = max(float(np.max(np.abs(source.array(f"{n}.weight")))) for n in names)
             expected = multiplier_from_reciprocal(reciprocal_from_multiplier(
                 compute_global_scale(amax, 448.0)))
             got = {read_stored_linear(stored, "compressed-tensors", n).global_scale for n in names}
@@ -219,9 +220,76 @@ def test_killed_at_random_points_never_leaves_an_output_that_looks_complete(tiny
         assert (out / REPORT_NAME).is_file() and (out / "config.json").is_file(), attempt
         written = SafetensorsModel(out)
         for name in written.names():
-            written.tensor(name)  # every tensor readable
+            written.array(name)  # every tensor readable
         assert len(list(iter_quantized_modules(written, "compressed-tensors"))) == 14
         outcomes["complete"] += 1
     assert sum(outcomes.values()) == 12
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != "out"]
     assert all(".partial-" in name for name in leftovers), leftovers  # hidden, never "out"
+
+
+def compressed_tensors_decode_rule(stored) -> np.ndarray:
+    """compressed-tensors 0.20's decompression of one Linear, restated (NVFP4-CKPT-1):
+    ``bf16(fp32(q * fp32(e4m3(c) / r)))`` with r the stored reciprocal global scale."""
+    import ml_dtypes
+    from hscale.reference import E2M1_VALUES, decode_e4m3, unpack_codes
+    q = E2M1_VALUES[unpack_codes(stored.packed)].astype(np.float32)
+    scale = (decode_e4m3(stored.scale_bytes).astype(np.float32)
+             / np.float32(stored.stored_global_scale)).astype(np.float32)
+    product = (q * np.repeat(scale, 16, axis=1)).astype(np.float32)
+    return product.astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+@pytest.mark.slow
+@pytest.mark.clause("NVFP4-CKPT-1", "NVFP4-GS-4", "HSCALE-CAL-1")
+def test_bundled_minilm_checkpoint_loads_with_compressed_tensors(tmp_path):
+    """The bundled model, calibrated by hscale calibrate's code path and quantized from its file:
+    the stored bytes are the reference's for the s_g the file implies; transformers with
+    compressed-tensors loads and decompresses it, every weight equal to the library's decode
+    rule as restated above, and the model runs."""
+    pytest.importorskip("compressed_tensors")
+    from transformers import AutoModel, CompressedTensorsConfig
+    from hscale.calibration import heldout_texts
+    from hscale.checkpoint import SafetensorsModel as Model
+    from hscale.models import minilm_model_dir
+    from hscale.quantize_model import (architecture_linears, calibrate, embedding_cosines,
+                                       model_directory, plan_layers)
+    request = QuantizeRequest(progress=False)
+    source = model_directory(request)
+    plans = plan_layers(Model(source), architecture_linears(source), request.ignore)
+    h, H, facts = calibrate(source, [p.module for p in plans if p.quantize], request, False)
+    hessian = tmp_path / "h.safetensors"
+    save_hessians(hessian, h, H, facts)
+    out = tmp_path / "minilm-nvfp4"
+    quantize_model(out=str(out), pipeline="rtn", method="hscale", backend="torch",
+                   hessian=str(hessian), progress=False)
+    modules = 0
+    for module, stored, want in _stored_and_expected(out, source, "compressed-tensors", h,
+                                                      "hscale"):
+        np.testing.assert_array_equal(stored.packed, want.packed, err_msg=module)
+        np.testing.assert_array_equal(stored.scale_bytes, want.scale_bytes, err_msg=module)
+        modules += 1
+    assert modules == 37  # 36 encoder Linears and the pooler
+
+    loaded = AutoModel.from_pretrained(out, quantization_config=CompressedTensorsConfig(
+        dequantize=True))
+    written = Model(out)
+    counts = {"weights": 0, "library != rule": 0, "library != dequantize()": 0,
+              "library != bf16(dequantize())": 0}
+    import ml_dtypes
+    from hscale.reference import dequantize, unpack_codes
+    for module, _, _ in _stored_and_expected(out, source, "compressed-tensors", h, "hscale"):
+        stored = read_stored_linear(written, "compressed-tensors", module)
+        library = loaded.get_submodule(module).weight.detach().float().numpy()
+        exact = dequantize(unpack_codes(stored.packed), stored.scale_bytes, stored.global_scale)
+        counts["weights"] += library.size
+        counts["library != rule"] += int(np.sum(library != compressed_tensors_decode_rule(stored)))
+        counts["library != dequantize()"] += int(np.sum(library != exact))
+        counts["library != bf16(dequantize())"] += int(np.sum(
+            library != exact.astype(ml_dtypes.bfloat16).astype(np.float32)))
+    print(f"\ncompressed-tensors decompression of the bundled model: {counts}")
+    assert counts["library != rule"] == 0, counts
+    cosines = embedding_cosines(minilm_model_dir(), out, heldout_texts())
+    print(f"sentence-embedding cosine against fp32 on held-out text: {cosines}")
+    assert cosines["dequantize"]["mean"] > 0.95
+    assert cosines["compressed_tensors_load"]["mean"] > 0.95
