@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -658,10 +659,12 @@ def host_harness_library(cc: str = "gcc"):
            "-DHSCALE_HOST_HARNESS", "-o", lib, src, "-lm"]
     try:
         subprocess.run(cmd, check=True, capture_output=True, text=True)
+        dll = ctypes.CDLL(lib)  # loaded: the files are no longer needed
     except (OSError, subprocess.CalledProcessError) as exc:
         detail = getattr(exc, "stderr", "") or str(exc)
         raise RuntimeError(f"cannot build the host harness with {cc}: {detail}") from exc
-    dll = ctypes.CDLL(lib)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
     p, i64, i32, f64 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_double
     dll.hs_quantize_host.argtypes = [i64, i64, p, p, p, f64, i32, i32, p, p, i32, p, p, p, p]
     dll.hs_amax_host.argtypes = [i64, p, p]

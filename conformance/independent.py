@@ -31,6 +31,9 @@ MIDPOINTS = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
 FIRST, LAST, FIRST_NORMAL = 0x01, 0x7E, 0x08
 FP32_MIN_NORMAL = 2.0 ** -126
 
+#: How far (relative) s_g may be from the spec's under low-precision-global-scale: bfloat16's
+#: rounding of amax and of 6C / amax (8 significant bits each), then fp32's reciprocal.
+LOW_PRECISION_SG = 2.0 ** -7
 #: Relative width of "near a midpoint" for the allowances that move decisions near midpoints.
 NEAR = 2.0 ** -20
 #: The faithful objective tolerance: E(chosen) <= E_min + tol, tol =
@@ -174,6 +177,11 @@ def _h(v: int) -> str:
     return f"0x{int(v):02X}"
 
 
+def _code(v: int) -> str:
+    """A 4-bit E2M1 code, as the other reports write codes: 0xA."""
+    return f"0x{int(v):X}"
+
+
 def _e(v: float) -> str:
     return f"{float(v)!r} ({float(v).hex()})"
 
@@ -228,8 +236,13 @@ def certify(weight: np.ndarray, hessian_diag, *, method: str, init: str, K: int,
         for _ in range(2):  # within two fp32 ulps
             lo, hi = np.nextafter(lo, np.float32(0)), np.nextafter(hi, np.float32(np.inf))
         off_by_ulp = bool(np.isfinite(obs_sg) and lo <= np.float32(obs_sg) <= hi)
+        low_precision = bool(np.isfinite(obs_sg) and obs_sg > 0 and want_sg > 0
+                             and abs(obs_sg / want_sg - 1) <= LOW_PRECISION_SG)
         if "reciprocal-global-scale" in allow and global_scale is None and amax > 0 and off_by_ulp:
             cert.uses["reciprocal-global-scale"] += 1
+        elif ("low-precision-global-scale" in allow and global_scale is None and amax > 0
+              and low_precision):
+            cert.uses["low-precision-global-scale"] += 1
         else:
             add(Finding(gs_clause, f"global scale s_g expected {_f32(want_sg)} observed "
                         f"{_f32(obs_sg)}" + (" (the caller's s_g must be used unchanged)"
@@ -269,6 +282,16 @@ def certify(weight: np.ndarray, hessian_diag, *, method: str, init: str, K: int,
         where = lambda k: (int(idx[k] // gcols), int(idx[k] % gcols))  # noqa: E731
 
         zero = gmax == 0
+        # A non-zero group whose quotient rounds to E4M3 zero, stored as a zero group
+        # (allowance underflow-zero-group): judged below as a zero group is.
+        as_zero = np.zeros_like(zero)
+        if "underflow-zero-group" in allow:
+            underflow = ~zero & (e4m3_byte(gmax, 6.0 * sg) == 0)
+            byte_ok = (obs_byte == 0) | (("zero-group-byte" in allow) & (obs_byte <= LAST))
+            as_zero = underflow & byte_ok & ((obs_codes & 0x7) == 0).all(axis=1)
+            cert.uses["underflow-zero-group"] += int(np.count_nonzero(as_zero))
+            if "zero-group-byte" in allow:
+                cert.uses["zero-group-byte"] += int(np.count_nonzero(as_zero & (obs_byte != 0)))
         # ---- NVFP4-ZERO-1 ------------------------------------------------------------------
         zero_byte = zero & (obs_byte != 0)
         if "zero-group-byte" in allow:
@@ -285,7 +308,7 @@ def certify(weight: np.ndarray, hessian_diag, *, method: str, init: str, K: int,
                             f"{obs_delta[k]:+d}", where(k), kind="delta"))
 
         # ---- non-zero groups: the scale byte must be a ladder byte ---------------------------
-        nz = ~zero
+        nz = ~zero & ~as_zero
         off_ladder = nz & ((obs_byte < FIRST) | (obs_byte > LAST))
         for k in first(off_ladder, 'NVFP4-E4M3-3'):
             add(Finding("NVFP4-E4M3-3", f"scale byte {_h(obs_byte[k])} of a non-zero group is "
@@ -377,11 +400,13 @@ def certify(weight: np.ndarray, hessian_diag, *, method: str, init: str, K: int,
 
         # ---- codes at the chosen byte (NVFP4-E2M1-2/3) ------------------------------------
         s_obs = sg * SCALE_VALUES[np.clip(obs_byte, FIRST, LAST)]
-        want = np.where(zero[:, None], np.signbit(w).astype(np.uint8) << 3,
+        sign_only = zero | as_zero
+        want = np.where(sign_only[:, None], np.signbit(w).astype(np.uint8) << 3,
                         element_codes(w, s_obs[:, None]))
-        bad = (obs_codes != want) & (good | zero)[:, None]
+        bad = (obs_codes != want) & (good | sign_only)[:, None]
         if bad.any():
-            _judge_codes(bad, w, want, obs_codes, s_obs, zero, near_band, allow, cert, add, where)
+            _judge_codes(bad, w, want, obs_codes, s_obs, sign_only, near_band, allow, cert, add,
+                         where)
 
     # ---- NVFP4-PACK-1 ---------------------------------------------------------------------
     if packed is not None:
@@ -462,8 +487,8 @@ def _judge_codes(bad, w, want, got, s_obs, zero, band, allow, cert, add, where):
     for k, j in np.argwhere(remaining & zero[:, None])[:64]:
         wv, e, o = float(w[k, j]), int(exp[k, j]), int(obs[k, j])
         add(Finding("NVFP4-E2M1-3" if sign_only[k, j] else "NVFP4-ZERO-1",
-                    f"element {j} of a zero group: w = {wv!r}, code expected {e:#x} "
-                    f"observed {o:#x}", where(k), int(j), kind="zero-code"))
+                    f"a zero group's element: w = {wv!r}, code expected {_code(e)} "
+                    f"observed {_code(o)}", where(k), int(j), kind="zero-code"))
     for kind, mask in (("sign", remaining & ~zero[:, None] & sign_only),
                        ("magnitude", remaining & ~zero[:, None] & ~sign_only)):
         for n, (k, j) in enumerate(np.argwhere(mask)):
@@ -473,15 +498,16 @@ def _judge_codes(bad, w, want, got, s_obs, zero, band, allow, cert, add, where):
                 break
             wv, e, o = float(w[k, j]), int(exp[k, j]), int(obs[k, j])
             if kind == "sign":
-                add(Finding("NVFP4-E2M1-3", f"element {j}: w = {wv!r} "
+                add(Finding("NVFP4-E2M1-3", f"w = {wv!r} "
                             f"({'negative' if np.signbit(wv) else 'positive'} sign bit), code "
-                            f"expected {e:#x} observed {o:#x}", where(k), int(j), kind="sign"))
+                            f"expected {_code(e)} observed {_code(o)}", where(k), int(j),
+                            kind="sign"))
             else:
                 on_mid = [float(mm) for mm in MIDPOINTS if abs(wv) == mm * s_obs[k]]
                 why = (f"|w|/s = {on_mid[0]!r} exactly, a tie: it goes to the even code"
                        if on_mid else f"|w|/s = {float(abs(wv) / s_obs[k])!r}")
-                add(Finding("NVFP4-E2M1-2", f"element {j}: w = {wv!r}, s = {float(s_obs[k])!r}, {why}; "
-                            f"code expected {e:#x} observed {o:#x}", where(k), int(j),
+                add(Finding("NVFP4-E2M1-2", f"w = {wv!r}, s = {float(s_obs[k])!r}, {why}; "
+                            f"code expected {_code(e)} observed {_code(o)}", where(k), int(j),
                             kind="magnitude"))
 
 

@@ -33,6 +33,12 @@ zero_group_byte_one   zero groups get byte 0x38 = 1.0 (zero_group_byte;        N
                       ModelOpt)                                                (allowance zero-group-byte)
 no_subnormal_scales   the ladder starts at 0x08 (first_scale_byte; torchao)    NVFP4-INIT-1
                                                                                (allowance no-subnormal-scales)
+low_precision_        s_g = fp32(1 / r), r = 6C / amax computed in bfloat16    NVFP4-GS-1
+global_scale          (global_scale; compressed-tensors in a bf16 model)       (allowance low-precision-
+                                                                               global-scale)
+underflow_zero_       a non-zero group whose amax_g / (6 s_g) rounds to E4M3   NVFP4-E4M3-3
+groups                zero stored as a zero group (select_bytes;               (allowance underflow-zero-
+                      fouroversix, AutoRound)                                  group)
 ====================  =======================================================  ===========================
 """
 
@@ -175,6 +181,41 @@ class ReciprocalGlobalScale(Mutant):
         return np.float32(s_g)
 
 
+class LowPrecisionGlobalScale(Mutant):
+    name = "mutant-low-precision-global-scale"
+
+    def global_scale(self, weight, options):
+        import ml_dtypes
+        from hscale.reference.global_scale import dequantizes_finitely, multiplier_from_reciprocal
+        spec = super().global_scale(weight, options)  # raises where the spec raises
+        amax = max(float(np.max(weight)), -float(np.min(weight)))
+        if amax == 0:
+            return spec
+        bf16 = ml_dtypes.bfloat16
+        with np.errstate(over="ignore", divide="ignore"):
+            # torch's bfloat16 division: the operands in bfloat16, the quotient in float32,
+            # rounded to bfloat16
+            stored = bf16(np.float32(bf16(6 * options.scale_ceiling)) / np.float32(bf16(amax)))
+        if not np.isfinite(np.float32(stored)) or float(stored) <= 0:
+            return spec
+        s_g = multiplier_from_reciprocal(np.float32(stored))
+        if not (s_g >= np.float32(2.0 ** -126) and dequantizes_finitely(s_g)):
+            return spec
+        return s_g
+
+
+class UnderflowZeroGroups(Mutant):
+    name = "mutant-underflow-zero-groups"
+
+    def select_bytes(self, groups, h, s_g, options, context):
+        initial, chosen = super().select_bytes(groups, h, s_g, options, context)
+        amax = self.group_maxima(groups)
+        with np.errstate(divide="ignore"):
+            underflow = (amax > 0) & (encode_e4m3(amax / (6.0 * float(s_g))) == 0)
+        # stored as a zero group: byte 0x00, whose codes encode_at makes sign-only
+        return np.where(underflow, 0, initial), np.where(underflow, 0, chosen)
+
+
 MUTANTS = {
     "identity": Mutant,
     "round_half_away": RoundHalfAway,
@@ -189,6 +230,8 @@ MUTANTS = {
     "reciprocal_global_scale": ReciprocalGlobalScale,
     "zero_group_byte_one": ZeroGroupByteOne,
     "no_subnormal_scales": NoSubnormalScales,
+    "low_precision_global_scale": LowPrecisionGlobalScale,
+    "underflow_zero_groups": UnderflowZeroGroups,
 }
 
 

@@ -49,6 +49,13 @@ ALLOWANCES = {a.name: a for a in (
               "s_g derived from the stored reciprocal 6C/amax: it may be one fp32 ulp off the "
               "spec's s_g, and initial bytes and codes near a midpoint (2^-20 relative) may go "
               "either way"),
+    Allowance("low-precision-global-scale", "NVFP4-GS-1",
+              "the reciprocal 6C/amax computed in the weight's bfloat16 or float16: s_g within "
+              "2^-7 (relative) of the spec's; bytes and codes are judged against the stored s_g"),
+    Allowance("underflow-zero-group", "NVFP4-INIT-1",
+              "a non-zero group whose amax_g / (6 s_g) rounds to E4M3 zero stored as a zero "
+              "group (codes of magnitude 0, byte 0x00, or another byte with zero-group-byte) "
+              "instead of getting byte 0x01"),
 )}
 
 

@@ -93,6 +93,8 @@ EXACT_EXPECT = {
     "no_subnormal_scales": "NVFP4-INIT-1",
     "fp32_scale_division": "NVFP4-INIT-1",
     "reciprocal_global_scale": "NVFP4-GS-1",
+    "low_precision_global_scale": "NVFP4-GS-1",
+    "underflow_zero_groups": "NVFP4-E4M3-3",
 }
 # (mutant, the allowance that names its divergence, the clause it breaks without it,
 #  another mutant the allowance must NOT excuse)
@@ -103,6 +105,9 @@ ALLOWED = [
     ("no_subnormal_scales", "no-subnormal-scales", "NVFP4-INIT-1", "zero_group_byte_one"),
     ("fp32_scale_division", "fp32-scale-rounding", "NVFP4-INIT-1", "reciprocal_multiply"),
     ("reciprocal_global_scale", "reciprocal-global-scale", "NVFP4-GS-1", "negative_zero"),
+    ("low_precision_global_scale", "low-precision-global-scale", "NVFP4-GS-1",
+     "negative_zero"),  # (it covers reciprocal-global-scale's one-ulp s_g too, by design)
+    ("underflow_zero_groups", "underflow-zero-group", "NVFP4-E4M3-3", "zero_group_byte_one"),
 ]
 
 RTN_ONLY = '''

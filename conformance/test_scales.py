@@ -111,7 +111,7 @@ def test_maxabs_initial_bytes(checker, dtype, ceiling):
     if checker.reported_delta(result).any():
         checker.fail("NVFP4-INIT-1", "rtn must report delta 0 everywhere", case)
     nz = np.abs(weight.astype(np.float64)).reshape(24, 4, 16).max(axis=2) > 0
-    if (bytes_[nz] == 0).any():
+    if (bytes_[nz] == 0).any() and "underflow-zero-group" not in checker.allowances:
         checker.fail("NVFP4-INIT-1", "a non-zero group got scale byte 0x00 (must be >= 0x01)", case)
 
 

@@ -183,8 +183,20 @@ def add_calibration_options(parser) -> None:
                             "(accelerate's device_map, for a model larger than one device)")
 
 
+def require_models_extra() -> None:
+    """quantize and calibrate need torch, transformers and safetensors: say how to get them."""
+    import importlib.util
+    missing = [m for m in ("torch", "transformers", "safetensors")
+               if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UsageError(f"needs {', '.join(missing)}, not installed: pip install "
+                         '"hscale-nvfp4[models]" (install the CPU torch first where there is '
+                         "no GPU, e.g. pip install torch==2.13.0)")
+
+
 def _request(args, **overrides):
     from hscale.quantize_model import QuantizeRequest
+    require_models_extra()
     values = dict(
         model_dir=args.model_dir, calibration_text=args.calibration_text,
         samples=args.samples, seq_len=args.seq_len, batch_size=args.batch_size,

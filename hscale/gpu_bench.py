@@ -35,12 +35,11 @@ import time
 
 import numpy as np
 
-from hscale.bench import make_layer
+from hscale.bench import FIELDS, identical, make_layer
 from hscale.cli import (CommandParser, UsageError, check_at_least, check_init, check_layer_cols,
                         check_method, check_output_file, check_plot_file, comma_separated,
                         error_text, fail, load_backend, plain_text)
 
-FIELDS = ("codes", "packed", "scale_bytes", "initial_bytes", "delta")
 FP64_UNITS_PER_SM = {(9, 0): 64, (8, 0): 32}
 DEFAULT_CONFIGS = "rtn:maxabs,rtn:4over6,hscale:maxabs,hscale:4over6"
 
@@ -75,19 +74,10 @@ def reference_result(weight, h, options, workers):
 
 
 def mismatch(expected: dict, got) -> str | None:
-    """None when ``got`` (a QuantizedWeight) equals the reference bit for bit, else the first
-    difference."""
-    for name in FIELDS:
-        e, g = expected[name], np.asarray(getattr(got, name))
-        if e.shape != g.shape or e.dtype != g.dtype:
-            return f"{name}: {g.dtype}{g.shape}, expected {e.dtype}{e.shape}"
-        if not np.array_equal(e, g):
-            index = tuple(int(i) for i in np.argwhere(e != g)[0])
-            return (f"{name}{list(index)} = {int(g[index]):#x}, expected {int(e[index]):#x} "
-                    f"({int((e != g).sum())} differ)")
-    if np.float32(got.global_scale) != expected["global_scale"]:
-        return f"global_scale {got.global_scale!r}, expected {expected['global_scale']!r}"
-    return None
+    """None when ``got`` (a QuantizedWeight) equals the reference's fields bit for bit, else
+    the first difference (``hscale.bench.identical``'s text)."""
+    from types import SimpleNamespace
+    return identical(SimpleNamespace(**expected), got)
 
 
 def device_facts():

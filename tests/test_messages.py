@@ -86,9 +86,6 @@ def test_every_exact_finding_is_well_written():
         assert_well_written(text)
 
 
-@pytest.mark.xfail(strict=True, reason="conformance/independent.py (outside this change) writes "
-                   "'element j=3: element 3: ...' and codes as 0xa in the faithful profile's "
-                   "findings; remove this mark when it is fixed")
 def test_every_faithful_finding_is_well_written():
     the_case = case("e2m1-midpoint-ties")
     rendered = findings_of(RoundHalfAway(), the_case, profile="faithful")
