@@ -69,11 +69,13 @@ class CheckpointError(ValueError):
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """A tensor as a safetensors header describes it."""
+    """A tensor as a safetensors header describes it (``offsets``: its data's begin and end
+    in the file; None for a tensor still to be written)."""
 
     name: str
     dtype: str  # safetensors code: F32, BF16, U8, F8_E4M3, ...
     shape: tuple[int, ...]
+    offsets: tuple[int, int] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -99,14 +101,20 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict, int]:
         if entry.get("dtype") not in ITEM_BYTES:
             raise CheckpointError(f"{path}: tensor {name!r} has dtype {entry.get('dtype')!r}, "
                                   "which this tool does not read")
-        tensors[name] = TensorInfo(name, entry["dtype"], tuple(int(d) for d in entry["shape"]))
+        begin, end = (8 + size + int(o) for o in entry["data_offsets"])
+        info = TensorInfo(name, entry["dtype"], tuple(int(d) for d in entry["shape"]),
+                          (begin, end))
+        if end - begin != info.nbytes:
+            raise CheckpointError(f"{path}: tensor {name!r} takes {end - begin} bytes, its "
+                                  f"dtype and shape say {info.nbytes}")
+        tensors[name] = info
     return tensors, metadata, 8 + size
 
 
 class SafetensorsModel:
     """The tensors of a model directory (one ``*.safetensors`` file or a sharded set with its
-    index), read lazily: headers at once, data tensor by tensor (memory-mapped by
-    ``safetensors.safe_open``)."""
+    index), read lazily: headers at once, data tensor by tensor with plain reads (not a memory
+    map, whose pages would stay in the process's resident set as a whole model streams by)."""
 
     def __init__(self, directory):
         self.directory = Path(directory)
@@ -122,7 +130,6 @@ class SafetensorsModel:
                     raise CheckpointError(f"{path}: tensor {name!r} also in {self.file_of[name]}")
                 self.info[name] = info
                 self.file_of[name] = path
-        self._open: dict[Path, object] = {}
 
     def _weight_files(self) -> list[Path]:
         indexes = sorted(self.directory.glob("*" + INDEX_SUFFIX))
@@ -147,17 +154,28 @@ class SafetensorsModel:
     def names(self) -> list[str]:
         return list(self.info)
 
-    def tensor(self, name: str):
-        """The tensor ``name`` as a torch tensor (CPU), read from its shard."""
-        from safetensors import safe_open
-        path = self.file_of[name]
-        handle = self._open.get(path)
-        if handle is None:
-            handle = self._open[path] = safe_open(str(path), framework="pt")
-        return handle.get_tensor(name)
+    def array(self, name: str) -> np.ndarray:
+        """The tensor ``name`` as numpy, bit for bit: bfloat16 as ``ml_dtypes.bfloat16``, float8
+        as its uint8 bit patterns."""
+        info = self.info[name]
+        begin, end = info.offsets
+        with open(self.file_of[name], "rb") as f:
+            f.seek(begin)
+            raw = f.read(end - begin)
+        if len(raw) != end - begin:
+            raise CheckpointError(f"{self.file_of[name]}: truncated, tensor {name!r} ends past "
+                                  "the end of the file")
+        return np.frombuffer(raw, dtype=numpy_dtype(info.dtype)).reshape(info.shape).copy()
 
-    def close(self):
-        self._open.clear()
+
+def numpy_dtype(code: str) -> np.dtype:
+    """The numpy dtype of a safetensors dtype code's bytes (float8 as uint8 bit patterns)."""
+    import ml_dtypes
+    if code == "BF16":
+        return np.dtype(ml_dtypes.bfloat16)
+    if code.startswith("F8"):
+        return np.dtype(np.uint8)
+    return np.dtype(DTYPE_CODES[code])
 
 
 def _shard_names(count: int) -> list[str]:
@@ -390,15 +408,15 @@ def read_stored_linear(model: SafetensorsModel, fmt: str, module: str) -> Stored
     for role, name in names.items():
         if name not in model.info:
             raise CheckpointError(f"{model.directory}: {module} lacks {name}")
-    packed = _uint8(model.tensor(names["packed"]))
-    scale_bytes = _uint8(model.tensor(names["scale"]))
-    stored = np.float32(np.asarray(model.tensor(names["global"]).float().numpy()).reshape(-1)[0])
+    for role, dtype in (("packed", "U8"), ("scale", "F8_E4M3"), ("global", "F32")):
+        found = model.info[names[role]].dtype
+        if found != dtype:
+            raise CheckpointError(f"{model.directory}: {names[role]} is {found}, the {fmt} "
+                                  f"layout stores {dtype}")
+    packed = model.array(names["packed"])
+    scale_bytes = model.array(names["scale"])
+    stored = np.float32(model.array(names["global"]).reshape(-1)[0])
     return StoredLinear(module, packed, scale_bytes, stored, implied_global_scale(fmt, stored))
-
-
-def _uint8(tensor) -> np.ndarray:
-    import torch
-    return tensor.contiguous().view(torch.uint8).numpy()
 
 
 def to_numpy_bits(tensor) -> np.ndarray:
