@@ -593,6 +593,10 @@ def embedding_cosines(source_dir, checkpoint_dir, texts) -> dict:
                     checkpoint_dir,
                     quantization_config=transformers.CompressedTensorsConfig(dequantize=True)
                 ).eval()
+                # compressed-tensors 0.19 leaves the decompressed weights in bfloat16 inside a
+                # float32 model, whose forward then fails; 0.20 converts them. float() keeps
+                # their (bfloat16) values exactly.
+                loaded = loaded.float()
             result["compressed_tensors_load"] = _cosine_stats(
                 base, sentence_embeddings(loaded, tokenizer, texts))
         except ImportError as exc:

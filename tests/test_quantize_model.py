@@ -272,7 +272,7 @@ def test_bundled_minilm_checkpoint_loads_with_compressed_tensors(tmp_path):
     assert modules == 37  # 36 encoder Linears and the pooler
 
     loaded = AutoModel.from_pretrained(out, quantization_config=CompressedTensorsConfig(
-        dequantize=True))
+        dequantize=True)).float()  # 0.19 keeps the weights bfloat16 in a float32 model
     written = Model(out)
     counts = {"weights": 0, "library != rule": 0, "library != dequantize()": 0,
               "library != bf16(dequantize())": 0}
@@ -293,3 +293,46 @@ def test_bundled_minilm_checkpoint_loads_with_compressed_tensors(tmp_path):
     print(f"sentence-embedding cosine against fp32 on held-out text: {cosines}")
     assert cosines["dequantize"]["mean"] > 0.95
     assert cosines["compressed_tensors_load"]["mean"] > 0.95
+
+
+def modelopt_decode_rule(stored) -> np.ndarray:
+    """ModelOpt's ``NVFP4QTensor.dequantize`` (0.47, its plain path), restated: the block scale
+    ``fp32(e4m3(c) * weight_scale_2)``, then ``fp32(q * block scale)``: two float32 roundings
+    where NVFP4-DEQ-1 has one."""
+    from hscale.reference import E2M1_VALUES, decode_e4m3, unpack_codes
+    q = E2M1_VALUES[unpack_codes(stored.packed)].astype(np.float32)
+    block = (decode_e4m3(stored.scale_bytes).astype(np.float32)
+             * np.float32(stored.stored_global_scale)).astype(np.float32)
+    return (q * np.repeat(block, 16, axis=1)).astype(np.float32)
+
+
+@pytest.mark.clause("NVFP4-CKPT-2")
+def test_modelopt_checkpoint_decodes_with_modelopt(tiny, tmp_path):
+    """The ModelOpt checkpoint's tensors through ModelOpt's own NVFP4QTensor.dequantize (its
+    code runs on the CPU): equal to the rule restated above, and to NVFP4-DEQ-1's dequantize()
+    except where the block scale's float32 rounding moves the last bit (counted)."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        qtensor = pytest.importorskip("modelopt.torch.quantization.qtensor.nvfp4_tensor")
+    from hscale.reference import dequantize, unpack_codes
+    out = tmp_path / "out"
+    quantize_model(model_dir=str(tiny), out=str(out), method="rtn", format="modelopt",
+                   progress=False)
+    written = SafetensorsModel(out)
+    counts = {"weights": 0, "modelopt != rule": 0, "modelopt != dequantize()": 0}
+    for module in iter_quantized_modules(written, "modelopt"):
+        stored = read_stored_linear(written, "modelopt", module)
+        rows, half = stored.packed.shape
+        tensor = qtensor.NVFP4QTensor(torch.Size((rows, 2 * half)), torch.float32,
+                                      torch.from_numpy(stored.packed))
+        theirs = tensor.dequantize(
+            torch.float32, scale=torch.from_numpy(stored.scale_bytes).view(torch.float8_e4m3fn),
+            double_scale=torch.tensor(float(stored.stored_global_scale)),
+            block_sizes={-1: 16}).numpy()
+        exact = dequantize(unpack_codes(stored.packed), stored.scale_bytes, stored.global_scale)
+        counts["weights"] += theirs.size
+        counts["modelopt != rule"] += int(np.sum(theirs != modelopt_decode_rule(stored)))
+        counts["modelopt != dequantize()"] += int(np.sum(theirs != exact))
+    print(f"\nModelOpt decoding of the tiny decoder's checkpoint: {counts}")
+    assert counts["modelopt != rule"] == 0, counts
