@@ -124,6 +124,51 @@ def create():
 '''
 
 
+# A third party as a real library looks: plain ValueErrors that cite nothing of this project,
+# and only packed codes, scale bytes and the global scale (the multiplier; a reciprocal cannot
+# always hold the spec's s_g exactly, NVFP4-GS-4). Its numbers are the reference's: it must pass
+# exact.
+PLAIN = '''
+from types import SimpleNamespace
+
+import numpy as np
+
+from hscale.reference import quantize
+
+
+class Plain:
+    name = "plain"
+    version = "plain 1.0"
+    capabilities = frozenset({"rtn", "scale-only", "hscale", "4over6"})
+    zero_group_byte = 0x00
+
+    def available(self):
+        return True, ""
+
+    def quantize(self, weight, hessian_diag=None, **options):
+        try:
+            q = quantize(weight, hessian_diag, **options)
+        except ValueError:
+            raise ValueError("bad input") from None
+        scale_bytes = np.where(q.scale_bytes == 0, self.zero_group_byte, q.scale_bytes)
+        return SimpleNamespace(packed=q.packed, scale_bytes=scale_bytes.astype(np.uint8),
+                               global_scale=np.float32(q.global_scale))
+
+
+class WrongZeroGroups(Plain):
+    name = "plain-wrong"
+    zero_group_byte = 0x38  # ModelOpt's 1.0: NVFP4-ZERO-1
+
+
+def create():
+    return Plain()
+
+
+def create_wrong():
+    return WrongZeroGroups()
+'''
+
+
 def adapter_source() -> str:
     """The adapter example of docs/backends.md (the python block after the marker)."""
     import re
@@ -145,9 +190,11 @@ def all_runs(tmp: Path) -> dict[str, Run]:
     pkg.mkdir(parents=True, exist_ok=True)
     (pkg / "myadapter.py").write_text(adapter_source(), encoding="utf-8")
     (pkg / "rtnonly.py").write_text(RTN_ONLY, encoding="utf-8")
+    (pkg / "plain.py").write_text(PLAIN, encoding="utf-8")
     env = {"PYTHONPATH": str(pkg)}
     runs += [Run("adapter", ["myadapter:create"], env=env),
-             Run("rtnonly", ["rtnonly:create"], env=env)]
+             Run("rtnonly", ["rtnonly:create"], env=env),
+             Run("plain", ["plain:create", "plain:create_wrong"], env=env)]
     for mutant, allowance, _, other in ALLOWED:
         runs.append(Run(f"faithful-{allowance}", [M + mutant, M + other],
                         ["--profile", "faithful", "--allow", allowance]))

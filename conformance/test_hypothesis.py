@@ -182,6 +182,8 @@ def _same_result(checker, clause, what, a, b, case, perm_rows=None, perm_groups=
     """``b`` must equal ``a`` (optionally permuted)."""
     fields = {"scale_bytes": "groups", "delta": "groups", "codes": "elements"}
     for name, layout in fields.items():
+        if getattr(a, name) is None or getattr(b, name) is None:
+            continue  # delta: an implementation that reports no initial bytes
         x, y = np.asarray(getattr(a, name)), np.asarray(getattr(b, name))
         if perm_rows is not None:
             x = x[perm_rows]

@@ -165,6 +165,8 @@ def _layer(seed, rows=12, cols=64):
 
 def _same(checker, clause, what, a, b, case):
     for name in ("scale_bytes", "delta", "codes"):
+        if getattr(a, name) is None or getattr(b, name) is None:
+            continue  # delta: an implementation that reports no initial bytes
         checker.expect(clause, f"{what}: {name}", np.asarray(a.__getattribute__(name)),
                        np.asarray(b.__getattribute__(name)), case,
                        "elements" if name == "codes" else "groups")

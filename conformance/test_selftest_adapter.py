@@ -42,6 +42,29 @@ def test_missing_capabilities_skip_with_a_reason(adapter_runs):
     assert report["tests"].get("passed", 0) > 20, summary(report)
 
 
+@pytest.mark.selftest
+@pytest.mark.clause("SUITE-ADAPTER-1")
+def test_a_plain_third_party_passes_exact_when_its_numbers_are_right(adapter_runs):
+    """An adapter as real libraries are: its rejections plain ValueError("bad input"), its
+    results only packed codes, scale bytes and a reciprocal global scale."""
+    run = adapter_runs["plain"]
+    report = run.reports.get("plain")
+    assert report is not None, run.output[-3000:]
+    assert report["tests"].get("failed", 0) == 0 and report["tests"].get("error", 0) == 0, (
+        f"{summary(report)}\n{run.output[-4000:]}")
+    assert report["tests"].get("passed", 0) > 300, summary(report)
+
+
+@pytest.mark.selftest
+@pytest.mark.clause("SUITE-ADAPTER-1", "NVFP4-ZERO-1")
+def test_a_plain_third_party_fails_with_the_right_clause_when_they_are_not(adapter_runs):
+    run = adapter_runs["plain"]
+    report = run.reports.get("plain-wrong")
+    assert report is not None, run.output[-3000:]
+    assert report["tests"].get("failed", 0) > 0, summary(report)
+    assert set(report["violations"]) == {"NVFP4-ZERO-1"}, summary(report)
+
+
 BAD_COMMAND_LINES = {
     "no-such-module": (["--backend", "no_such_module_xyz:create"], "cannot import module"),
     "not-a-spec": (["--backend", "myadapter"], "package.module:factory"),
