@@ -327,9 +327,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_quantize_parsers(commands)
 
-    # Only for the listing of --help: main() hands "hscale bench ..." to hscale.bench.main.
+    # Only for the listing of --help: main() hands "hscale bench ..." to hscale.bench.main,
+    # "hscale interop ..." to hscale.interop.main.
     commands.add_parser("bench", help="throughput and peak memory of the reference and "
                                       "backends (see hscale bench --help)", add_help=False)
+    commands.add_parser("interop", help="run the real NVFP4 libraries through the suite and "
+                                        "regenerate docs/interop.md (see hscale interop --help)",
+                        add_help=False)
 
     from hscale.vectors.cli import add_vectors_parser
     add_vectors_parser(commands)
@@ -341,6 +345,9 @@ def main(argv=None) -> int:
     if argv[:1] == ["bench"]:  # the benchmark owns its options (hscale bench --help)
         from hscale import bench
         return bench.main(argv[1:])
+    if argv[:1] == ["interop"]:  # so does the interop matrix (hscale interop --help)
+        from hscale import interop
+        return interop.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args) or EXIT_OK

@@ -49,10 +49,19 @@ _CHECKER = Quantizer()
 def check_arguments(backend, weight, hessian_diag, method, init, K, U, scale_ceiling,
                     global_scale):
     """The arguments checked as the spec says (NVFP4-IN-1 .. -5, with the reference's own
-    checks, so that bad input is rejected with the argument, index and clause), then restricted
-    to what the library implements. Returns ``(weight, scale_ceiling, caller's s_g or None)``."""
-    weight, _h, options, given = _CHECKER.validate(weight, hessian_diag, method, init, K, U,
-                                                   scale_ceiling, global_scale)
+    checks), then restricted to what the library implements. Returns ``(weight,
+    scale_ceiling, caller's s_g or None)``.
+
+    The weight's values are not the adapter's to police: a weight with NaN or Inf is handed to
+    the library as it is, and whether the library rejects it (NVFP4-IN-1) is measured. Only
+    what the adapter itself needs (a numpy array of a float dtype it can hand over, 2-D, n a
+    multiple of 16) and the options the library has no equivalent for are checked here."""
+    finite = weight
+    if isinstance(weight, np.ndarray) and weight.dtype.kind == "f" or (
+            isinstance(weight, np.ndarray) and weight.dtype == np.dtype(ml_dtypes.bfloat16)):
+        finite = np.where(np.isfinite(weight), weight, 0).astype(weight.dtype)
+    _, _h, options, given = _CHECKER.validate(finite, hessian_diag, method, init, K, U,
+                                              scale_ceiling, global_scale)
     if options.method not in backend.capabilities:
         raise ValueError(f"method = {options.method!r}: {backend.name} implements only "
                          f"{', '.join(sorted(backend.capabilities))} (HSCALE-METHOD-1)")
