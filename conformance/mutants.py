@@ -166,42 +166,41 @@ class Fp32ScaleDivision(Mutant):
 
 
 class ReciprocalGlobalScale(Mutant):
+    """s_g read back from a stored reciprocal ``r = fp32(6C) / fp32(amax)``, as
+    compressed-tensors stores it."""
+
     name = "mutant-reciprocal-global-scale"
 
-    def global_scale(self, weight, options):
-        spec = super().global_scale(weight, options)  # raises where the spec raises
-        amax = max(float(np.max(weight)), -float(np.min(weight)))
-        if amax == 0:
-            return spec
-        with np.errstate(over="ignore", divide="ignore"):
-            stored = np.float32(6 * options.scale_ceiling) / np.float32(amax)  # 6C / amax, fp32
-            s_g = np.float32(1) / stored
-        if not (np.isfinite(stored) and np.isfinite(s_g) and s_g >= np.float32(2.0 ** -126)):
-            return spec
-        return np.float32(s_g)
-
-
-class LowPrecisionGlobalScale(Mutant):
-    name = "mutant-low-precision-global-scale"
+    def reciprocal(self, amax: float, ceiling: float):
+        return np.float32(6 * ceiling) / np.float32(amax)  # 6C / amax, fp32
 
     def global_scale(self, weight, options):
-        import ml_dtypes
         from hscale.reference.global_scale import dequantizes_finitely, multiplier_from_reciprocal
         spec = super().global_scale(weight, options)  # raises where the spec raises
         amax = max(float(np.max(weight)), -float(np.min(weight)))
         if amax == 0:
             return spec
-        bf16 = ml_dtypes.bfloat16
         with np.errstate(over="ignore", divide="ignore"):
-            # torch's bfloat16 division: the operands in bfloat16, the quotient in float32,
-            # rounded to bfloat16
-            stored = bf16(np.float32(bf16(6 * options.scale_ceiling)) / np.float32(bf16(amax)))
-        if not np.isfinite(np.float32(stored)) or float(stored) <= 0:
+            stored = np.float32(self.reciprocal(amax, options.scale_ceiling))
+        if not (np.isfinite(stored) and stored >= np.float32(2.0 ** -126)):
             return spec
-        s_g = multiplier_from_reciprocal(np.float32(stored))
+        s_g = multiplier_from_reciprocal(stored)  # fp32(1 / r)
         if not (s_g >= np.float32(2.0 ** -126) and dequantizes_finitely(s_g)):
             return spec
         return s_g
+
+
+class LowPrecisionGlobalScale(ReciprocalGlobalScale):
+    """The reciprocal computed in bfloat16, as compressed-tensors does in a bfloat16 model."""
+
+    name = "mutant-low-precision-global-scale"
+
+    def reciprocal(self, amax: float, ceiling: float):
+        import ml_dtypes
+        bf16 = ml_dtypes.bfloat16
+        # torch's bfloat16 division: the operands in bfloat16, the quotient computed in
+        # float32 and rounded to bfloat16
+        return bf16(np.float32(bf16(6 * ceiling)) / np.float32(bf16(amax)))
 
 
 class UnderflowZeroGroups(Mutant):
