@@ -179,18 +179,36 @@ def test_unused_layer_warns_and_gets_zero():
 
 
 def test_mask_that_does_not_line_up_is_rejected():
+    class TruncateThenProject(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(16, 16)
+
+        def forward(self, x):
+            return self.proj(x[:, :2])  # [batch, 2, n] against a [batch, 3] mask: no token order
+
+    model = TruncateThenProject()
+    with pytest.raises(ValueError, match=r"'proj'.*does not line up"):
+        C.collect_hessian_diag(model, [C.CalibrationBatch(torch.randn(2, 3, 16), torch.ones(2, 3))], progress=False)
+    assert all(n == 0 for n in all_pre_hooks(model).values())
+
+
+def test_one_vector_per_sequence_counts_every_row():
+    # A pooler sees [batch, n] (the [CLS] row of each sequence): the token mask says nothing
+    # about it, so every row counts, padding or not.
     class PoolThenProject(nn.Module):
         def __init__(self):
             super().__init__()
             self.proj = nn.Linear(16, 16)
 
         def forward(self, x):
-            return self.proj(x[:, 0])  # [batch, n]: one row per sequence, not per token
+            return self.proj(x[:, 0])
 
-    model = PoolThenProject()
-    with pytest.raises(ValueError, match=r"'proj'.*does not line up"):
-        C.collect_hessian_diag(model, [C.CalibrationBatch(torch.randn(2, 3, 16), torch.ones(2, 3))], progress=False)
-    assert all(n == 0 for n in all_pre_hooks(model).values())
+    x = torch.randn(2, 3, 16)
+    mask = torch.tensor([[1, 0, 0], [1, 1, 0]])
+    h = C.collect_hessian_diag(PoolThenProject(), [C.CalibrationBatch(x, mask)], progress=False)
+    pooled = x[:, 0].double().numpy()
+    np.testing.assert_array_equal(h["proj"], (pooled * pooled).sum(axis=0))
 
 
 # ------------------------------------------------------------------------------------------

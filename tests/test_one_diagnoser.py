@@ -28,7 +28,9 @@ FINDING = re.compile(r"^\s+(\[[A-Z0-9-]+\] .*)$")
 
 def run_suite(tmp_path, *args) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "conformance"), "-p", "no:cacheprovider",
-           "--self-tests", "off", "--conformance-report", str(tmp_path / "report.json"), *args]
+           "--self-tests", "off", "--conformance-report", str(tmp_path / "report.json"),
+           # No short summary: under CI=true pytest repeats each full failure text there.
+           "-rN", *args]
     return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
 
 
