@@ -32,6 +32,7 @@ import secrets
 import shutil
 import struct
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -44,6 +45,9 @@ FORMATS = ("compressed-tensors", "modelopt")
 GROUP = 16
 CT_FORMAT_NAME = "nvfp4-pack-quantized"
 MODELOPT_CONFIG = "hf_quant_config.json"
+# ModelOpt's names of NVFP4 weights: NVFP4 (its W4A4 recipe, activations quantized too) and
+# W4A16_NVFP4 (weights only). The weight tensors are the same in both.
+MODELOPT_NVFP4_ALGOS = ("NVFP4", "W4A16_NVFP4")
 INDEX_SUFFIX = ".safetensors.index.json"
 DEFAULT_MAX_SHARD_BYTES = 2 << 30
 # Files of a model directory that hold weights: replaced by the output's own shards.
@@ -95,6 +99,8 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict, int]:
             header = json.loads(f.read(size))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{path}: cannot read its safetensors header ({exc})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: not a safetensors file (its header is not a JSON object)")
     metadata = header.pop("__metadata__", {}) or {}
     tensors = {}
     for name, entry in header.items():
@@ -108,23 +114,37 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict, int]:
             raise CheckpointError(f"{path}: tensor {name!r} takes {end - begin} bytes, its "
                                   f"dtype and shape say {info.nbytes}")
         tensors[name] = info
+    # A truncated file (an interrupted download or copy) is refused here, before any tensor is
+    # read, rather than when the first tensor past its end is.
+    data_end = max((info.offsets[1] for info in tensors.values()), default=8 + size)
+    file_size = path.stat().st_size
+    if file_size < data_end:
+        raise CheckpointError(f"{path}: truncated: {file_size} bytes, its header says the data "
+                              f"ends at byte {data_end}")
     return tensors, metadata, 8 + size
 
 
 class SafetensorsModel:
     """The tensors of a model directory (one ``*.safetensors`` file or a sharded set with its
-    index), read lazily: headers at once, data tensor by tensor with plain reads (not a memory
-    map, whose pages would stay in the process's resident set as a whole model streams by)."""
+    index), or of one ``.safetensors`` file, read lazily: headers at once, data tensor by tensor
+    with plain reads (not a memory map, whose pages would stay in the process's resident set as
+    a whole model streams by)."""
 
     def __init__(self, directory):
         self.directory = Path(directory)
-        if not self.directory.is_dir():
+        if self.directory.is_file():
+            self.files = [self.directory]
+        elif not self.directory.is_dir():
             raise CheckpointError(f"{self.directory}: no such directory")
-        self.files = self._weight_files()
+        else:
+            self.files = self._weight_files()
+        self.metadata: dict = {}  # the first file's __metadata__
         self.info: dict[str, TensorInfo] = {}
         self.file_of: dict[str, Path] = {}
         for path in self.files:
-            tensors, _, _ = read_header(path)
+            tensors, metadata, _ = read_header(path)
+            if path == self.files[0]:
+                self.metadata = dict(metadata)
             for name, info in tensors.items():
                 if name in self.info:
                     raise CheckpointError(f"{path}: tensor {name!r} also in {self.file_of[name]}")
@@ -271,18 +291,19 @@ class OutputDirectory:
     """A directory written under a hidden temporary name beside ``target``
     (``.NAME.partial-PID-TOKEN``) and renamed to ``target`` by ``commit()``; ``abort()`` (or an
     exception inside ``with``) removes it. An existing target is replaced only with ``force``,
-    and only once the new one is complete."""
+    and only once the new one is complete. ``argument`` names the target in messages (the
+    command's option or argument that gave it)."""
 
-    def __init__(self, target, force: bool = False):
+    def __init__(self, target, force: bool = False, argument: str = "--out"):
         self.target = Path(target)
         if self.target.exists() and not force:
-            raise CheckpointError(f"{self.target} exists; choose another --out or pass --force "
+            raise CheckpointError(f"{self.target} exists; choose another {argument} or pass --force "
                                   "to replace it")
         if self.target.exists() and not self.target.is_dir():
             raise CheckpointError(f"{self.target} exists and is not a directory")
         parent = self.target.parent
         if not parent.is_dir():
-            raise CheckpointError(f"{parent}: no such directory (the parent of --out)")
+            raise CheckpointError(f"{parent}: no such directory (the parent of {argument})")
         _remove_stale_partials(parent, self.target.name)
         self.path = parent / f".{self.target.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
         try:
@@ -344,24 +365,51 @@ class StoredLinear:
     global_scale: np.float32
 
 
+# role -> the suffix of its tensor's name, per layout (NVFP4-CKPT-1, -2).
+ROLE_SUFFIXES = {
+    "compressed-tensors": {"packed": ".weight_packed", "scale": ".weight_scale",
+                           "global": ".weight_global_scale"},
+    "modelopt": {"packed": ".weight", "scale": ".weight_scale", "global": ".weight_scale_2"},
+}
+# What each role's tensor must be: safetensors dtype, and the global scale's shape.
+ROLE_DTYPES = {"packed": "U8", "scale": "F8_E4M3", "global": "F32"}
+GLOBAL_SHAPES = {"compressed-tensors": (1,), "modelopt": ()}
+
+
 def quantized_tensor_names(fmt: str, module: str) -> dict[str, str]:
     """role -> tensor name of one quantized Linear: roles ``packed``, ``scale``, ``global``."""
+    if fmt not in ROLE_SUFFIXES:
+        raise CheckpointError(f"format {fmt!r}: one of {', '.join(FORMATS)}")
+    return {role: module + suffix for role, suffix in ROLE_SUFFIXES[fmt].items()}
+
+
+def quantized_module_tensors(model: "SafetensorsModel", fmt: str) -> dict[str, dict[str, str]]:
+    """module -> {role: tensor name} of every quantized Linear a checkpoint holds any tensor of,
+    in file order; a role whose tensor is missing is absent from the inner dict. A module is
+    recognised by its scale or global-scale tensor, or (compressed-tensors) its packed codes,
+    or (modelopt) a ``.weight`` stored as uint8, which only packed codes are."""
+    suffixes = ROLE_SUFFIXES[fmt]
+    markers = [suffixes["scale"], suffixes["global"]]
     if fmt == "compressed-tensors":
-        return {"packed": f"{module}.weight_packed", "scale": f"{module}.weight_scale",
-                "global": f"{module}.weight_global_scale"}
-    if fmt == "modelopt":
-        return {"packed": f"{module}.weight", "scale": f"{module}.weight_scale",
-                "global": f"{module}.weight_scale_2"}
-    raise CheckpointError(f"format {fmt!r}: one of {', '.join(FORMATS)}")
+        markers.append(suffixes["packed"])
+    modules: dict[str, dict[str, str]] = {}
+    for name, info in model.info.items():
+        module = next((name[: -len(m)] for m in markers if name.endswith(m)), None)
+        if module is None and fmt == "modelopt" and name.endswith(".weight") \
+                and info.dtype == "U8":
+            module = name[: -len(".weight")]
+        if module is not None and module not in modules:
+            modules[module] = {role: n for role, n in quantized_tensor_names(fmt, module).items()
+                               if n in model.info}
+    return modules
 
 
 def quantized_tensor_infos(fmt: str, module: str, rows: int, cols: int) -> list[TensorInfo]:
     """The tensors one quantized (rows, cols) Linear takes, in the order they are written."""
     names = quantized_tensor_names(fmt, module)
-    global_shape = (1,) if fmt == "compressed-tensors" else ()
-    return [TensorInfo(names["packed"], "U8", (rows, cols // 2)),
-            TensorInfo(names["scale"], "F8_E4M3", (rows, cols // GROUP)),
-            TensorInfo(names["global"], "F32", global_shape)]
+    return [TensorInfo(names["packed"], ROLE_DTYPES["packed"], (rows, cols // 2)),
+            TensorInfo(names["scale"], ROLE_DTYPES["scale"], (rows, cols // GROUP)),
+            TensorInfo(names["global"], ROLE_DTYPES["global"], GLOBAL_SHAPES[fmt])]
 
 
 def stored_global_scale(fmt: str, global_scale) -> np.float32:
@@ -377,6 +425,24 @@ def implied_global_scale(fmt: str, stored) -> np.float32:
     if fmt == "compressed-tensors":
         return multiplier_from_reciprocal(stored)
     return np.float32(stored)
+
+
+def reciprocals_of(global_scale) -> list[np.float32]:
+    """Every fp32 ``r`` that reads back as the multiplier ``global_scale``
+    (``fp32(1 / r) == s_g``, NVFP4-GS-4), nearest to ``1 / s_g`` first: none for about 17% of
+    fp32 values, two for as many others, else one. (They lie within an ulp or two of
+    ``fp32(1 / s_g)``: the reciprocal map stretches or shrinks fp32 spacing by at most 2.)"""
+    canonical = reciprocal_from_multiplier(global_scale)
+    candidates = [canonical]
+    for direction in (np.float32(0), np.float32(np.inf)):
+        neighbour = canonical
+        for _ in range(2):
+            neighbour = np.nextafter(neighbour, direction)
+            candidates.append(neighbour)
+    exact = 1 / Fraction(float(np.float32(global_scale)))
+    readable = [r for r in candidates if np.isfinite(r) and r > 0
+                and multiplier_from_reciprocal(r) == np.float32(global_scale)]
+    return sorted(readable, key=lambda r: abs(Fraction(float(r)) - exact))
 
 
 def writable_global_scale(fmt: str, global_scale) -> np.float32:
@@ -408,7 +474,7 @@ def read_stored_linear(model: SafetensorsModel, fmt: str, module: str) -> Stored
     for role, name in names.items():
         if name not in model.info:
             raise CheckpointError(f"{model.directory}: {module} lacks {name}")
-    for role, dtype in (("packed", "U8"), ("scale", "F8_E4M3"), ("global", "F32")):
+    for role, dtype in ROLE_DTYPES.items():
         found = model.info[names[role]].dtype
         if found != dtype:
             raise CheckpointError(f"{model.directory}: {names[role]} is {found}, the {fmt} "
@@ -458,9 +524,11 @@ def compressed_tensors_config(ignore: Iterable[str], version: str) -> dict:
 
 
 def modelopt_config(exclude: Iterable[str], version: str) -> dict:
-    """``hf_quant_config.json`` of a ModelOpt NVFP4 export (weights only)."""
+    """``hf_quant_config.json`` of a ModelOpt NVFP4 export of the weights only: ModelOpt's and
+    vLLM's name for it is W4A16_NVFP4 (their ``NVFP4`` also quantizes activations, and a loader
+    then looks for each Linear's ``input_scale``)."""
     return {"producer": {"name": "hscale-nvfp4", "version": version},
-            "quantization": {"quant_algo": "NVFP4", "group_size": GROUP,
+            "quantization": {"quant_algo": "W4A16_NVFP4", "group_size": GROUP,
                              "exclude_modules": sorted(exclude), "kv_cache_quant_algo": None}}
 
 
@@ -497,15 +565,17 @@ def detect_format(directory) -> CheckpointFormat:
         except (OSError, ValueError) as exc:
             raise CheckpointError(f"{modelopt_path}: unreadable ({exc})") from None
         algo = (modelopt.get("quantization") or {}).get("quant_algo")
-        if algo != "NVFP4":
-            raise CheckpointError(f"{modelopt_path}: quant_algo {algo!r}, not 'NVFP4'")
+        if algo not in MODELOPT_NVFP4_ALGOS:
+            raise CheckpointError(f"{modelopt_path}: quant_algo {algo!r}, not one of "
+                                  f"{', '.join(MODELOPT_NVFP4_ALGOS)}")
         return CheckpointFormat("modelopt",
                                 list(modelopt["quantization"].get("exclude_modules") or []),
                                 modelopt)
     if quant.get("quant_method") == "modelopt":
-        if quant.get("quant_algo") != "NVFP4":
+        if quant.get("quant_algo") not in MODELOPT_NVFP4_ALGOS:
             raise CheckpointError(f"{config_path}: modelopt quant_algo "
-                                  f"{quant.get('quant_algo')!r}, not 'NVFP4'")
+                                  f"{quant.get('quant_algo')!r}, not one of "
+                                  f"{', '.join(MODELOPT_NVFP4_ALGOS)}")
         return CheckpointFormat("modelopt", list(quant.get("exclude_modules") or []), quant)
     raise CheckpointError(f"{directory}: not an NVFP4 checkpoint (no compressed-tensors "
                           f"quantization_config in config.json, no {MODELOPT_CONFIG})")

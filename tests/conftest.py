@@ -1,0 +1,27 @@
+"""Fixtures shared by the checkpoint tests: the seeded tiny decoder on disk and its RTN
+checkpoints in both layouts, built once per session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> Path:
+    """The seeded tiny decoder saved as a Hugging Face model directory."""
+    pytest.importorskip("transformers")
+    from hscale.models import build_tiny_decoder
+    directory = tmp_path_factory.mktemp("tiny") / "model"
+    build_tiny_decoder(seed=0).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tiny, tmp_path_factory) -> dict:
+    """format -> the tiny decoder quantized with RTN in that layout."""
+    from checkpoint_edits import quantized
+    out = tmp_path_factory.mktemp("checkpoints")
+    return {fmt: quantized(tiny, out / fmt, format=fmt)
+            for fmt in ("compressed-tensors", "modelopt")}
