@@ -1,0 +1,157 @@
+"""The fidelity analysis tools (hscale/fidelity.py) on small seeded cases, each against a route
+written here independently: brute force over every scale byte, the activations themselves, a
+Python loop. Golden values never come from the function under test."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from hscale import fidelity
+from hscale.reference import SCALE_BYTE_VALUES, compute_global_scale, quantize
+
+E2M1_GRID = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def layer(seed, rows=8, cols=64, tokens=96):
+    """A small Linear with correlated, unevenly scaled inputs (as real activations are)."""
+    rng = np.random.default_rng(seed)
+    weight = (rng.standard_normal((rows, cols)) * rng.uniform(0.2, 2.0, cols)).astype(np.float32)
+    mix = rng.standard_normal((cols, cols)) * 0.3 + np.eye(cols)
+    X = (rng.standard_normal((tokens, cols)) * rng.uniform(0.1, 3.0, cols)) @ mix
+    s_g = compute_global_scale(float(np.max(np.abs(weight))), 448.0)
+    return weight, X, X.T @ X, s_g
+
+
+def nearest_e2m1(x):
+    """The E2M1 value nearest |x| (the grid's even neighbour on a tie), with x's sign."""
+    a = abs(x)
+    best = min(range(8), key=lambda i: (abs(a - E2M1_GRID[i]), i % 2))
+    return np.copysign(E2M1_GRID[best], x)
+
+
+def test_full_objective_equals_the_output_error_of_the_activations():
+    weight, X, G, s_g = layer(0)
+    deq = quantize(weight, method="rtn", global_scale=s_g).dequantize()
+    d = weight.astype(np.float64) - deq
+    by_loop = 0.0
+    for t in range(X.shape[0]):
+        for i in range(weight.shape[0]):
+            by_loop += float(sum(X[t, j] * d[i, j] for j in range(weight.shape[1]))) ** 2
+    assert fidelity.output_error(weight, deq, G) == pytest.approx(by_loop, rel=1e-10)
+    assert fidelity.direct_output_error(X, weight, deq) == pytest.approx(by_loop, rel=1e-10)
+
+
+@pytest.mark.parametrize("weighted", [True, False])
+def test_full_ladder_equals_an_exhaustive_search(weighted):
+    weight, X, G, s_g = layer(1, rows=4, cols=32)
+    h = np.diag(G).copy() if weighted else None
+    result = fidelity.full_ladder(weight, h, s_g)
+    hh = np.diag(G) if weighted else np.ones(32)
+    start = quantize(weight, method="rtn", global_scale=s_g).scale_bytes
+    for r, g in itertools.product(range(4), range(2)):
+        w = weight[r, 16 * g:16 * g + 16].astype(np.float64)
+        hg = hh[16 * g:16 * g + 16]
+        best = None
+        for byte in range(1, 127):
+            s = float(SCALE_BYTE_VALUES[byte]) * float(s_g)
+            q = np.array([nearest_e2m1(x / s) for x in w]) * s
+            e = float(np.sum(hg * (w - q) ** 2))
+            shift = byte - int(start[r, g])
+            key = (e, 2 * abs(shift) - (shift > 0))
+            if best is None or key < best[0]:
+                best = (key, byte, q)
+        assert result.scale_bytes[r, g] == best[1], (r, g)
+        np.testing.assert_array_equal(result.dequantize()[r, 16 * g:16 * g + 16],
+                                      best[2].astype(np.float32))
+
+
+def test_a_whole_ladder_window_recovers_all_of_the_gain():
+    for seed in (2, 3):
+        weight, X, G, s_g = layer(seed)
+        sweep = fidelity.window_sweep(weight, G, s_g, windows=((126, 252), (6, 16), (0, 1)))
+        assert sweep[(126, 252)] == pytest.approx(1.0, abs=1e-12)
+        assert sweep[(0, 1)] == 0.0  # the window {0}: max-abs itself
+
+
+def test_recovered_fraction():
+    assert fidelity.recovered_fraction(10.0, 7.0, 4.0) == 0.5
+    assert np.isnan(fidelity.recovered_fraction(4.0, 4.0, 4.0))
+
+
+@pytest.mark.parametrize("seed", [4, 5, 6])
+def test_best_scale_is_no_worse_than_hscale_in_the_full_objective(seed):
+    weight, X, G, s_g = layer(seed)
+    hs = quantize(weight, np.diag(G).copy(), global_scale=s_g)
+    start = SCALE_BYTE_VALUES[hs.scale_bytes].astype(np.float64) * float(s_g)
+    oracle = fidelity.best_scale(weight, G, start, iterations=40)
+    hscale_error = fidelity.direct_output_error(X, weight, hs.dequantize())
+    assert fidelity.direct_output_error(X, weight, oracle.dequantized) <= hscale_error * (1 + 1e-12)
+    assert oracle.error == pytest.approx(fidelity.direct_output_error(X, weight,
+                                                                      oracle.dequantized))
+    assert all(b <= a for a, b in zip(oracle.history, oracle.history[1:]))
+    again = fidelity.best_scale(weight, G, start, iterations=40)
+    np.testing.assert_array_equal(again.scales, oracle.scales)  # deterministic
+    # its weight is what its scales say: every group's codes re-rounded at its own scale
+    for r, g in ((0, 0), (3, 2)):
+        s = oracle.scales[r, g]
+        expect = [nearest_e2m1(x / s) * s for x in weight[r, 16 * g:16 * g + 16].astype(float)]
+        np.testing.assert_allclose(oracle.dequantized[r, 16 * g:16 * g + 16], expect, rtol=1e-15)
+
+
+def test_best_scale_gains_on_a_layer_where_hscale_leaves_room():
+    weight, X, G, s_g = layer(7)
+    hs = quantize(weight, np.diag(G).copy(), global_scale=s_g)
+    start = SCALE_BYTE_VALUES[hs.scale_bytes].astype(np.float64) * float(s_g)
+    oracle = fidelity.best_scale(weight, G, start, iterations=60)
+    assert oracle.error < 0.99 * fidelity.output_error(weight, hs.dequantize(), G)
+
+
+def test_shift_statistics_count_and_measure_each_shift():
+    weight, X, G, s_g = layer(8, rows=16, cols=128)
+    h = np.diag(G).copy()
+    hs = quantize(weight, h, global_scale=s_g)
+    stats = fidelity.shift_statistics(weight, h, hs)
+    delta = hs.delta.reshape(-1)
+    assert {s: v["groups"] for s, v in stats["shifts"].items()} == \
+        {int(s): int(n) for s, n in zip(*np.unique(delta, return_counts=True))}
+    assert sum(v["share"] for v in stats["shifts"].values()) == pytest.approx(1.0)
+    assert stats["shifts"][0]["mean_reduction"] == 0.0
+    # independently: the group objective at the initial and at the chosen byte
+    removed = {}
+    rtn = quantize(weight, method="rtn", global_scale=s_g).scale_bytes
+    for r, g in itertools.product(range(16), range(8)):
+        cols = slice(16 * g, 16 * g + 16)
+        w = weight[r, cols].astype(np.float64)
+
+        def objective(byte):  # exact in float64, as the search sees it
+            s = float(SCALE_BYTE_VALUES[byte]) * float(s_g)
+            return np.sum(h[cols] * (w - np.array([nearest_e2m1(x / s) for x in w]) * s) ** 2)
+        e0, e1 = objective(rtn[r, g]), objective(hs.scale_bytes[r, g])
+        assert e1 <= e0 * (1 + 1e-12)
+        removed[int(hs.delta[r, g])] = removed.get(int(hs.delta[r, g]), 0.0) + e0 - e1
+    for shift, total in removed.items():
+        assert stats["shifts"][shift]["removed"] == pytest.approx(total, rel=1e-6, abs=1e-9)
+    assert sum(v["removed_share"] for v in stats["shifts"].values()) == pytest.approx(1.0)
+
+
+def test_microcase_recomputed_by_brute_force():
+    w = np.array([-3.750, -1.740, 4.320, 4.880])
+    X = np.array([[0.600, 1.400, 1.500, 2.000], [2.000, 1.000, 0.700, 1.000]])
+    case = fidelity.microcase()
+    # the paper's min-max row: scale 4.88 / 6, weight error 0.573 and output error 3.927
+    s = 4.88 / 6
+    q = np.array([nearest_e2m1(x / s) for x in w]) * s
+    assert float(np.sum((w - q) ** 2)) == pytest.approx(0.573, abs=5e-4)
+    assert float(np.sum((X @ (w - q)) ** 2)) == pytest.approx(3.927, abs=5e-4)
+    for objective, error in (("weight", lambda d: float(d @ d)),
+                             ("output", lambda d: float(np.sum((X @ d) ** 2)))):
+        scores = []
+        for byte in range(1, 127):
+            s = float(SCALE_BYTE_VALUES[byte])
+            q = np.array([nearest_e2m1(x / s) for x in w]) * s
+            scores.append((error(w - q), s))
+        assert case[objective]["e4m3_scale"] == min(scores)[1]
+        assert case[objective]["printed_is_e4m3"] is False  # 0.801, 0.895 are not E4M3 values
