@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hscale.vectors.formats import write_text_atomically
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "interop-results.json"
 DOC = ROOT / "docs" / "interop.md"
@@ -431,12 +433,6 @@ def render(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write(path: Path, text: str):
-    tmp = path.with_name(f".{path.name}.partial")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 def main(argv=None) -> int:
     from hscale.cli import CommandParser  # one-line argument errors, exit 2
     parser = CommandParser(
@@ -476,8 +472,8 @@ def main(argv=None) -> int:
                       "earlier measurement is kept", flush=True)
                 continue
             results[adapter.label] = entry
-            _write(results_path, json.dumps(results, indent=1) + "\n")
-    _write(Path(args.docs), render(results))
+            write_text_atomically(results_path, json.dumps(results, indent=1) + "\n")
+    write_text_atomically(Path(args.docs), render(results))
     print(f"written: {args.docs}")
     return 0
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 from hscale.cli import (CommandParser, UsageError, check_at_least, check_output_file,
                         error_text, fail)
 from hscale.conformance.findings import plural
+from hscale.vectors.formats import write_text_atomically
 
 DEFAULT_LEVEL0_DIR = Path(__file__).resolve().parent / "level0"
 
@@ -135,16 +135,6 @@ def _generate(args) -> int:
     return 0
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    """``text`` at ``path``, written to a temporary name and renamed when complete."""
-    partial = path.with_name(path.name + ".partial")
-    try:
-        partial.write_text(text)
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
-
-
 def _unknown_case(case_id: str, vectors: dict, directory) -> str:
     close = difflib.get_close_matches(case_id, list(vectors), n=3)
     hint = (f"; did you mean {' or '.join(close)}?" if close else
@@ -179,7 +169,7 @@ def _run(args) -> int:
             check_output_file("--out", args.out)  # before the work
         text = "\n".join(observed_lines(args.dir, not args.no_gs)) + "\n"
         if args.out:
-            _write_atomically(args.out, text)
+            write_text_atomically(args.out, text)
         else:
             sys.stdout.write(text)
         return 0

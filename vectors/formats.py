@@ -68,13 +68,22 @@ def dumps(document) -> str:
     return json.dumps(document, sort_keys=True, indent=1, ensure_ascii=True) + "\n"
 
 
-def write_json_atomically(path: Path, document) -> Path:
-    """``document`` as JSON at ``path``, written to a temporary name and renamed."""
+def write_text_atomically(path: Path, text: str) -> Path:
+    """``text`` at ``path``, written to a temporary name beside it and renamed when complete
+    (an interrupted write leaves the old file, never half a new one)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
+
+
+def write_json_atomically(path: Path, document) -> Path:
+    """``document`` as JSON at ``path``, written to a temporary name and renamed."""
+    return write_text_atomically(path, json.dumps(document, indent=1) + "\n")
 
 
 def read_data_json(name: str):
