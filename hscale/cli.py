@@ -318,6 +318,42 @@ def _convert(args) -> int:
     return EXIT_OK
 
 
+def _report(args) -> int:
+    if args.iterations < 0:
+        raise UsageError(f"--iterations {args.iterations}: must be at least 0")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a directory")
+    if not out.is_dir():
+        check_output_file("--out", out)
+    elif not os.access(out, os.W_OK):
+        raise UsageError(f"--out {out}: the directory is not writable")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError(f"needs matplotlib, which is not installed: {PLOT_INSTALL_HINT}") from None
+    from hscale.report import build
+    doc = build(out, progress=not args.quiet, iterations=args.iterations)
+    print(f"report: {out} ({len(doc['layers'])} Linears, {doc['wall_seconds']:.0f} s)")
+    return EXIT_OK
+
+
+def add_report_parser(commands) -> None:
+    report = commands.add_parser(
+        "report", help="reproduce the paper's analyses on the bundled MiniLM and compare "
+                       "H-Scale with the installed libraries' scale searches (docs/fidelity.md)",
+        description="Regenerate docs/fidelity/: per-layer output error of each scale search "
+                    "against min-max, the shift statistics, the (U, K) window sweep, H-Scale on "
+                    "each pipeline, the paper's microcase and the head-to-head table, as JSON, "
+                    "markdown tables and PNG plots (same bytes on a rerun on the same machine).")
+    report.add_argument("--out", default="docs/fidelity", metavar="DIR",
+                        help="the directory to write (default docs/fidelity)")
+    report.add_argument("--iterations", type=int, default=60,
+                        help="gradient steps of the Best Scale oracle per layer (default 60)")
+    report.add_argument("--quiet", action="store_true", help="no progress bar")
+    report.set_defaults(func=_report)
+
+
 def add_checkpoint_parsers(commands) -> None:
     from hscale.checkpoint import FORMATS
     check = commands.add_parser(
@@ -389,6 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_quantize_parsers(commands)
     add_checkpoint_parsers(commands)
+    add_report_parser(commands)
 
     # Only for the listing of --help: main() hands "hscale bench ..." to hscale.bench.main,
     # "hscale interop ..." to hscale.interop.main.

@@ -155,3 +155,65 @@ def test_microcase_recomputed_by_brute_force():
             scores.append((error(w - q), s))
         assert case[objective]["e4m3_scale"] == min(scores)[1]
         assert case[objective]["printed_is_e4m3"] is False  # 0.801, 0.895 are not E4M3 values
+
+
+# -- hscale report: the figures rendered, byte for byte -----------------------------------------
+
+def tiny_model():
+    from types import SimpleNamespace
+    weights, G, Gh = {}, {}, {}
+    for i, seed in enumerate((11, 12)):
+        weight, X, g, _ = layer(seed, rows=8, cols=32, tokens=48)
+        _, Xh, gh, _ = layer(seed + 100, rows=8, cols=32, tokens=48)
+        name = f"encoder.layer.{i}.output.dense"
+        weights[name], G[name], Gh[name] = weight, g, gh
+    return SimpleNamespace(weights=weights, G=G, G_heldout=Gh,
+                           fused={m: (m,) for m in weights}, directory=None)
+
+
+def test_report_renders_the_same_bytes_twice(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed")
+    from hscale import report
+    model = tiny_model()
+    doc = report.layer_analyses(model, iterations=5, progress=False)
+    doc["summary"] = report.summarise(doc)
+    doc["pipelines"] = report.pipeline_rows(model)
+    doc["microcase"] = fidelity.microcase()
+    doc["head_to_head"] = {
+        "H-Scale": {"ran": True, "seconds": 0.1, "output": {"mean": 0.7, "median": 0.7},
+                    "output_heldout": {"mean": 0.72, "median": 0.71}, "improved_heldout": 2,
+                    "layers": 2},
+        "some library": {"ran": False, "reason": "somelib is not installed here"}}
+    first = report.render(doc, tmp_path / "a")
+    second = report.render(doc, tmp_path / "b")
+    pngs = [p.name for p in first if p.suffix == ".png"]
+    assert len(pngs) == 6
+    for a, b in zip(first, second):
+        assert a.read_bytes() == b.read_bytes(), a.name
+    assert b"Software" not in (tmp_path / "a" / "shifts.png").read_bytes()
+    assert not list((tmp_path / "a").glob("*.tmp"))
+    tables = (tmp_path / "a" / "tables.md").read_text()
+    assert "| some library | not run: somelib is not installed here" in tables
+    # the tables say what the records say: layer 0's H-Scale error over RTN's
+    ratios = [r["output"]["hscale"] / r["output"]["rtn"] for r in doc["layers"]]
+    assert f"{100 * (np.mean(ratios) - 1):+.1f}%" in tables
+
+
+def test_report_keeps_measured_competitor_rows_when_the_library_is_missing(tmp_path):
+    import importlib.util
+    if importlib.util.find_spec("llmcompressor") is not None:
+        pytest.skip("llmcompressor is installed: the kept-row path needs it absent")
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed")
+    import json
+    from hscale import report
+    measured = {"ran": True, "seconds": 3.0, "output": {"mean": 0.8, "median": 0.8},
+                "output_heldout": {"mean": 0.81, "median": 0.8}, "improved_heldout": 2,
+                "layers": 2, "version": "llmcompressor 0.14"}
+    (tmp_path / "figures.json").write_text(json.dumps(
+        {"head_to_head": {"llm-compressor MSE observer": measured}}))
+    doc = report.build(tmp_path, progress=False, iterations=2, model=tiny_model())
+    row = doc["head_to_head"]["llm-compressor MSE observer"]
+    assert row["kept_from_earlier_run"] is True and row["output"] == measured["output"]
+    assert doc["head_to_head"]["AutoRound NVFP4 RTN (iters=0)"]["ran"] in (True, False)
+    assert json.loads((tmp_path / "figures.json").read_text())["head_to_head"][
+        "llm-compressor MSE observer"]["kept_from_earlier_run"] is True
