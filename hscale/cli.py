@@ -11,6 +11,7 @@ a backend or library that is missing), said in one line on stderr before any wor
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import sys
@@ -333,7 +334,8 @@ def _report(args) -> int:
     except ImportError:
         raise UsageError(f"needs matplotlib, which is not installed: {PLOT_INSTALL_HINT}") from None
     from hscale.report import build
-    doc = build(out, progress=not args.quiet, iterations=args.iterations)
+    doc = build(out, progress=not args.quiet, iterations=args.iterations,
+                reuse_measured=args.reuse_measured)
     print(f"report: {out} ({len(doc['layers'])} Linears, {doc['wall_seconds']:.0f} s)")
     return EXIT_OK
 
@@ -350,6 +352,9 @@ def add_report_parser(commands) -> None:
                         help="the directory to write (default docs/fidelity)")
     report.add_argument("--iterations", type=int, default=60,
                         help="gradient steps of the Best Scale oracle per layer (default 60)")
+    report.add_argument("--reuse-measured", action="store_true",
+                        help="keep the competitor rows an earlier run measured (DIR/figures.json) "
+                             "instead of running those libraries again")
     report.add_argument("--quiet", action="store_true", help="no progress bar")
     report.set_defaults(func=_report)
 
@@ -440,8 +445,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Loggers of libraries that transformers imports whenever they are installed (its quantizer
+# registry imports torchao, for one), which warn at import time about things that do not concern
+# an hscale command: torchao's CUDA kernels that a CPU machine cannot load, and torch's
+# deprecation of the way torchao registers its enums. Their errors still show.
+IMPORT_NOISE_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    for name in IMPORT_NOISE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
     if argv[:1] == ["bench"]:  # the benchmark owns its options (hscale bench --help)
         from hscale import bench
         return bench.main(argv[1:])

@@ -158,6 +158,33 @@ NOT_WIRED = {
 }
 
 
+def autoround_opt_rtn(weight, s_g, h=None) -> np.ndarray:
+    """AutoRound's ``opt_rtn_nv_fp4`` (``auto_round/data_type/nvfp.py``, what AutoRound runs
+    for NVFP4 with ``iters=0`` and its RTN optimisation): 101 multipliers 0.50 .. 1.51 of each
+    group's range scale, picked by the error weighted by the importance matrix ``imatrix``
+    (here h = diag(X^T X) of the calibration text, or none: plain weight MSE), then RTN with
+    the global scale s_g (AutoRound stores its reciprocal). Returns its dequantized weight."""
+    import torch
+    from auto_round.data_type.nvfp import opt_rtn_fast_nvfp4
+    from hscale.reference.global_scale import reciprocal_from_multiplier
+    imatrix = None if h is None else torch.from_numpy(np.asarray(h, np.float32))
+    with torch.no_grad():
+        qdq, _, _ = opt_rtn_fast_nvfp4(
+            torch.from_numpy(np.asarray(weight, np.float32)), 4, 16,
+            global_scale=torch.tensor(float(reciprocal_from_multiplier(s_g)), dtype=torch.float32),
+            imatrix=1.0 if imatrix is None else imatrix)
+    return qdq.numpy().astype(np.float64)
+
+
+# (name, library, function(weight, s_g, h) -> dequantized): library functions called directly
+FUNCTIONS = (
+    ("AutoRound opt_rtn_nv_fp4, importance matrix = diag(X^T X)", "auto_round",
+     lambda w, s_g, h: autoround_opt_rtn(w, s_g, h)),
+    ("AutoRound opt_rtn_nv_fp4, no importance matrix (weight MSE)", "auto_round",
+     lambda w, s_g, h: autoround_opt_rtn(w, s_g, None)),
+)
+
+
 def library_dequantized(adapter, result) -> np.ndarray:
     """float64 (m, n) of a library's result: code value x E4M3 scale x s_g, s_g the multiplier
     or the reciprocal of what the library stores, as its ``global_scale_convention`` says."""
@@ -170,7 +197,7 @@ def library_dequantized(adapter, result) -> np.ndarray:
     return E2M1_VALUES[np.asarray(codes).astype(np.intp)] * scale * g
 
 
-def head_to_head(model, progress=True) -> dict:
+def head_to_head(model, progress=True, skip=()) -> dict:
     """name -> {output, output_heldout (mean and median of each layer's error over RTN's),
     seconds (scale selection over all Linears), ran / reason}. H-Scale's own row first."""
     import importlib
@@ -202,6 +229,8 @@ def head_to_head(model, progress=True) -> dict:
         lambda m, w: quantize(w, np.diag(model.G[m]).copy(), global_scale=scales[m])
         .dequantize())}
     for name, module_name, factory, library in COMPETITORS:
+        if name in skip:
+            continue
         try:
             importlib.import_module(library)
         except ImportError:
@@ -221,6 +250,23 @@ def head_to_head(model, progress=True) -> dict:
             version = adapter.version
             rows[name]["version"] = f"{library} {version() if callable(version) else version}"
         except Exception as error:  # a library's own failure is a finding, not a crash
+            rows[name] = {"ran": False, "reason": f"{type(error).__name__}: {error}"[:300]}
+    for name, library, function in FUNCTIONS:
+        if name in skip:
+            continue
+        try:
+            importlib.import_module(library)
+        except ImportError:
+            rows[name] = {"ran": False, "reason": f"{library} is not installed here"}
+            continue
+        try:
+            warm = np.ones((1, 16), np.float32)
+            function(warm, np.float32(1 / 2688), np.ones(16))
+            rows[name] = measure(lambda m, w: function(w, scales[m],
+                                                       np.diag(model.G[m]).copy()))
+            rows[name]["version"] = (f"{library} "
+                                     f"{getattr(importlib.import_module(library), '__version__', '')}")
+        except Exception as error:
             rows[name] = {"ran": False, "reason": f"{type(error).__name__}: {error}"[:300]}
     rows.update({name: {"ran": False, "reason": why} for name, why in NOT_WIRED.items()})
     return rows
@@ -434,6 +480,13 @@ def render(doc: dict, out: Path) -> list[Path]:
     return written
 
 
+def _row_order(name: str) -> int:
+    """H-Scale first, then the competitors in the order they are listed here."""
+    order = (["H-Scale (hscale.reference, U = 6, K = 16)"] + [c[0] for c in COMPETITORS]
+             + [f[0] for f in FUNCTIONS] + list(NOT_WIRED))
+    return order.index(name) if name in order else len(order)
+
+
 def previous_head_to_head(out: Path) -> dict:
     try:
         return json.loads((Path(out) / "figures.json").read_text()).get("head_to_head") or {}
@@ -442,8 +495,9 @@ def previous_head_to_head(out: Path) -> dict:
 
 
 def build(out: Path = DEFAULT_OUT, progress=True, iterations=BEST_SCALE_ITERATIONS,
-          model=None) -> dict:
-    """Compute every figure and write the report; returns the document."""
+          model=None, reuse_measured=False) -> dict:
+    """Compute every figure and write the report; returns the document. ``reuse_measured``:
+    competitor rows measured by an earlier run (OUT/figures.json) are kept, not re-run."""
     start = time.perf_counter()
     earlier = previous_head_to_head(out)
     model = fidelity.calibrated_model(progress=progress) if model is None else model
@@ -451,7 +505,10 @@ def build(out: Path = DEFAULT_OUT, progress=True, iterations=BEST_SCALE_ITERATIO
     doc["summary"] = summarise(doc)
     doc["pipelines"] = pipeline_rows(model)
     doc["microcase"] = fidelity.microcase()
-    rows = head_to_head(model, progress)
+    skip = {n for n, r in earlier.items() if r.get("ran")} if reuse_measured else set()
+    rows = head_to_head(model, progress, skip)
+    rows.update({n: dict(earlier[n], kept_from_earlier_run=True) for n in skip if n not in rows})
+    rows = {n: rows[n] for n in sorted(rows, key=_row_order)}
     for name, row in rows.items():  # keep a measured row when the library is missing here
         if not row.get("ran") and earlier.get(name, {}).get("ran"):
             rows[name] = dict(earlier[name], kept_from_earlier_run=True)

@@ -217,3 +217,22 @@ def test_report_keeps_measured_competitor_rows_when_the_library_is_missing(tmp_p
     assert doc["head_to_head"]["AutoRound NVFP4 RTN (iters=0)"]["ran"] in (True, False)
     assert json.loads((tmp_path / "figures.json").read_text())["head_to_head"][
         "llm-compressor MSE observer"]["kept_from_earlier_run"] is True
+
+
+def test_report_reuses_measured_rows_when_asked(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed")
+    import json
+    from hscale import report
+    measured = {"ran": True, "seconds": 3.0, "output": {"mean": 0.8, "median": 0.8},
+                "output_heldout": {"mean": 0.81, "median": 0.8}, "improved_heldout": 2,
+                "layers": 2}
+    names = [c[0] for c in report.COMPETITORS] + [f[0] for f in report.FUNCTIONS]
+    (tmp_path / "figures.json").write_text(json.dumps(
+        {"head_to_head": {name: measured for name in names}}))
+    doc = report.build(tmp_path, progress=False, iterations=2, model=tiny_model(),
+                       reuse_measured=True)
+    rows = doc["head_to_head"]
+    assert list(rows)[0].startswith("H-Scale") and rows[list(rows)[0]]["ran"]
+    for name in names:
+        assert rows[name]["kept_from_earlier_run"] is True
+        assert rows[name]["output"] == measured["output"]
