@@ -151,10 +151,10 @@ COMPETITORS = (
 )
 # Searches the issue names that this kit has no adapter for: listed, with the reason.
 NOT_WIRED = {
-    "ModelOpt local-Hessian calibrator": "not run: ModelOpt runs it inside mtq.quantize's "
+    "ModelOpt local-Hessian calibrator": "ModelOpt runs it inside mtq.quantize's "
     "calibration loop over a whole model; no adapter of this kit calls it on one Linear yet",
-    "ModelOpt FP8 scale sweep calibrator": "not run: as the local-Hessian one, no adapter yet",
-    "ModelOpt MSE calibrator": "not run: as the local-Hessian one, no adapter yet",
+    "ModelOpt FP8 scale sweep calibrator": "as the local-Hessian one, no adapter yet",
+    "ModelOpt MSE calibrator": "as the local-Hessian one, no adapter yet",
 }
 
 
@@ -248,7 +248,7 @@ def head_to_head(model, progress=True, skip=()) -> dict:
             rows[name] = measure(lambda m, w: library_dequantized(
                 adapter, adapter.quantize(w, None, method="rtn", global_scale=scales[m])))
             version = adapter.version
-            rows[name]["version"] = f"{library} {version() if callable(version) else version}"
+            rows[name]["version"] = str(version() if callable(version) else version)
         except Exception as error:  # a library's own failure is a finding, not a crash
             rows[name] = {"ran": False, "reason": f"{type(error).__name__}: {error}"[:300]}
     for name, library, function in FUNCTIONS:
@@ -299,15 +299,16 @@ def plot_layers(doc: dict, key: str, path: Path, title: str) -> Path:
     fig, ax = plt.subplots(figsize=(9, 3.6))
     layers = doc["layers"]
     x = np.arange(len(layers))
-    for method, marker in zip(METHODS, "o^sD"):
+    for method, marker, style in zip(METHODS, "o^sD", ("-", "-", ":", "-")):
         ax.plot(x, [r[key][method] / r[key]["rtn"] for r in layers], marker=marker,
-                markersize=3, linewidth=1, label=LABELS[method])
+                markersize=3 if method != "hscale" else 5, linewidth=1, linestyle=style,
+                label=LABELS[method])
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--", label=LABELS["rtn"])
     ax.set_xticks(x)
     ax.set_xticklabels([short_name(r["module"]) for r in layers], rotation=90, fontsize=6)
     ax.set_ylabel("relative to min-max")
-    ax.set_title(title)
-    ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.55))
+    ax.set_title(title, pad=24)
+    ax.legend(fontsize=7, ncol=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     fig.tight_layout()
     saved = save_png(fig, path)
     plt.close(fig)
@@ -454,11 +455,19 @@ def tables(doc: dict) -> str:
                              f"{pct(r['output']['median'])} | {pct(r['output_heldout']['mean'])}"
                              f" / {pct(r['output_heldout']['median'])} | "
                              f"{r['improved_heldout']} of {r['layers']} | {r['seconds']:.2f} | "
-                             f"{r.get('version', '')} |")
+                             f"{_version(r.get('version', ''))} |")
         for name, r in rows.items():
             if not r.get("ran"):
-                lines.append(f"| {name} | not run: {r['reason']} | | | | |")
+                reason = r["reason"].removeprefix("not run: ")
+                lines.append(f"| {name} | not run: {reason} | | | | |")
     return "\n".join(lines) + "\n"
+
+
+def _version(text: str) -> str:
+    """A version as the tables show it: 'llmcompressor llmcompressor 0.14' (an earlier run's
+    form) as 'llmcompressor 0.14'."""
+    words = text.split(" ", 1)
+    return words[1] if len(words) == 2 and words[1].startswith(words[0]) else text
 
 
 def render(doc: dict, out: Path) -> list[Path]:
