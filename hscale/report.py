@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from hscale import fidelity
+from hscale.vectors.formats import (write_bytes_atomically, write_json_atomically,
+                                    write_text_atomically)
 
 DEFAULT_OUT = Path("docs") / "fidelity"
 METHODS = ("scale-only", "hscale", "full-ladder", "best-scale")
@@ -283,15 +284,14 @@ def _figure():
 
 
 def save_png(fig, path: Path) -> Path:
-    """The figure as PNG bytes with no timestamp or software tag, written to a temporary name
-    and renamed (same figure, same bytes)."""
+    """The figure laid out, as PNG bytes with no timestamp or software tag (same figure, same
+    bytes), written to a temporary name and renamed; the figure is closed."""
+    import matplotlib.pyplot as plt
+    fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(buffer.getvalue())
-    os.replace(tmp, path)
-    return path
+    plt.close(fig)
+    return write_bytes_atomically(path, buffer.getvalue())
 
 
 def plot_layers(doc: dict, key: str, path: Path, title: str) -> Path:
@@ -309,10 +309,7 @@ def plot_layers(doc: dict, key: str, path: Path, title: str) -> Path:
     ax.set_ylabel("relative to min-max")
     ax.set_title(title, pad=24)
     ax.legend(fontsize=7, ncol=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
-    fig.tight_layout()
-    saved = save_png(fig, path)
-    plt.close(fig)
-    return saved
+    return save_png(fig, path)
 
 
 def plot_shifts(doc: dict, path: Path) -> Path:
@@ -328,10 +325,7 @@ def plot_shifts(doc: dict, path: Path) -> Path:
     b.set_xlabel("selected shift delta")
     b.set_ylabel("mean reduction of sum h d^2 (%)")
     b.set_title("(b) mean Hessian-weighted error reduction")
-    fig.tight_layout()
-    saved = save_png(fig, path)
-    plt.close(fig)
-    return saved
+    return save_png(fig, path)
 
 
 def plot_window(summary: dict, path: Path) -> Path:
@@ -346,10 +340,7 @@ def plot_window(summary: dict, path: Path) -> Path:
     ax.set_ylabel("% of max-abs -> full-ladder gain")
     ax.legend(fontsize=7)
     ax.set_title("window sweep: L_full gain recovered")
-    fig.tight_layout()
-    saved = save_png(fig, path)
-    plt.close(fig)
-    return saved
+    return save_png(fig, path)
 
 
 def plot_head_to_head(rows: dict, path: Path) -> Path:
@@ -365,10 +356,7 @@ def plot_head_to_head(rows: dict, path: Path) -> Path:
     ax.invert_yaxis()
     ax.set_xlabel("mean layer output error relative to min-max (RTN)")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    saved = save_png(fig, path)
-    plt.close(fig)
-    return saved
+    return save_png(fig, path)
 
 
 def pct(ratio: float) -> str:
@@ -472,7 +460,6 @@ def _version(text: str) -> str:
 
 def render(doc: dict, out: Path) -> list[Path]:
     """Every file of the report from its figures: JSON, tables, plots."""
-    from hscale.vectors.formats import write_json_atomically, write_text_atomically
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = [write_json_atomically(out / "figures.json", doc),

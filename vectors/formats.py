@@ -68,17 +68,22 @@ def dumps(document) -> str:
     return json.dumps(document, sort_keys=True, indent=1, ensure_ascii=True) + "\n"
 
 
-def write_text_atomically(path: Path, text: str) -> Path:
-    """``text`` at ``path``, written to a temporary name beside it and renamed when complete
+def write_bytes_atomically(path: Path, data: bytes) -> Path:
+    """``data`` at ``path``, written to a temporary name beside it and renamed when complete
     (an interrupted write leaves the old file, never half a new one)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_bytes(data)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def write_text_atomically(path: Path, text: str) -> Path:
+    """``text`` (UTF-8) at ``path``, written as ``write_bytes_atomically`` writes."""
+    return write_bytes_atomically(path, text.encode("utf-8"))
 
 
 def write_json_atomically(path: Path, document) -> Path:
