@@ -40,9 +40,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from hscale.checkpoint import (GLOBAL_SHAPES, GROUP, MODELOPT_CONFIG, ROLE_DTYPES,
-                               CheckpointError, SafetensorsModel, detect_format,
-                               implied_global_scale, quantized_module_tensors,
-                               quantized_tensor_names, stored_global_scale,
+                               CheckpointError, SafetensorsModel, implied_global_scale,
+                               open_checkpoint, quantized_tensor_names,
                                writable_global_scale)
 from hscale.conformance.findings import Finding, plural
 
@@ -196,16 +195,8 @@ def check_checkpoint(checkpoint, original=None, hessian=None) -> CheckReport:
     the report."""
     started = time.perf_counter()
     checkpoint = Path(checkpoint)
-    if not checkpoint.is_dir():
-        raise CheckpointError(f"{checkpoint}: no such directory")
-    fmt_info = detect_format(checkpoint)
+    fmt_info, model, modules = open_checkpoint(checkpoint)
     fmt = fmt_info.format
-    model = SafetensorsModel(checkpoint)
-    modules = quantized_module_tensors(model, fmt)
-    if not modules:
-        raise CheckpointError(f"{checkpoint}: its config says {fmt} NVFP4, but it stores no "
-                              f"quantized Linear (no {quantized_tensor_names(fmt, 'X')['scale']} "
-                              "tensors)")
     report = CheckReport(str(checkpoint), fmt, str(original) if original else None,
                          str(hessian) if hessian else None)
     source = _open_original(original, modules) if original else None

@@ -404,6 +404,23 @@ def quantized_module_tensors(model: "SafetensorsModel", fmt: str) -> dict[str, d
     return modules
 
 
+def open_checkpoint(directory) -> tuple["CheckpointFormat", "SafetensorsModel", dict]:
+    """(its format, its tensors, module -> {role: tensor name}) of an NVFP4 checkpoint
+    directory, or a CheckpointError naming what is missing: the directory, an NVFP4 config,
+    or any quantized Linear."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory}: no such directory")
+    fmt_info = detect_format(directory)
+    model = SafetensorsModel(directory)
+    modules = quantized_module_tensors(model, fmt_info.format)
+    if not modules:
+        raise CheckpointError(f"{directory}: its config says {fmt_info.format} NVFP4, but it "
+                              "stores no quantized Linear (no "
+                              f"{quantized_tensor_names(fmt_info.format, 'X')['scale']} tensors)")
+    return fmt_info, model, modules
+
+
 def quantized_tensor_infos(fmt: str, module: str, rows: int, cols: int) -> list[TensorInfo]:
     """The tensors one quantized (rows, cols) Linear takes, in the order they are written."""
     names = quantized_tensor_names(fmt, module)

@@ -46,8 +46,8 @@ import numpy as np
 from hscale.checkpoint import (GLOBAL_SHAPES, GROUP, MODELOPT_CONFIG, ROLE_DTYPES,
                                CheckpointError, OutputDirectory, SafetensorsModel, ShardWriter,
                                TensorInfo, compressed_tensors_config, copy_side_files,
-                               detect_format, implied_global_scale, modelopt_config,
-                               quantized_module_tensors, quantized_tensor_names, reciprocals_of,
+                               implied_global_scale, modelopt_config, open_checkpoint,
+                               quantized_tensor_names, reciprocals_of,
                                writable_global_scale)
 
 REPORT_NAME = "conversion_report.json"
@@ -115,13 +115,10 @@ def convert_checkpoint(source, destination, *, to: str, force: bool = False,
     exactly without ``requantize``) raises ``CheckpointError`` before anything is written."""
     started = time.perf_counter()
     source = Path(source)
-    if not source.is_dir():
-        raise CheckpointError(f"{source}: no such directory")
-    fmt_info = detect_format(source)
+    fmt_info, model, modules = open_checkpoint(source)
     fmt = fmt_info.format
-    model = SafetensorsModel(source)
     _refuse_activation_quantization(model, fmt_info, source)
-    plans = _plan_layers(model, fmt, to)
+    plans = _plan_layers(model, modules, fmt, to)
     _reconcile_fused_sets(plans, to)
     for plan in plans.values():
         plan.target_stored = _target_stored(plan, fmt, to, model.metadata)
@@ -173,12 +170,8 @@ def _refuse_activation_quantization(model, fmt_info, source: Path) -> None:
                               "converted")
 
 
-def _plan_layers(model: SafetensorsModel, fmt: str, to: str) -> dict:
+def _plan_layers(model: SafetensorsModel, modules: dict, fmt: str, to: str) -> dict:
     """module -> LayerPlan for every quantized Linear, after checking its tensors are whole."""
-    modules = quantized_module_tensors(model, fmt)
-    if not modules:
-        raise CheckpointError(f"{model.directory}: its config says {fmt} NVFP4, but it stores "
-                              "no quantized Linear")
     plans = {}
     for module, tensors in modules.items():
         names = quantized_tensor_names(fmt, module)
