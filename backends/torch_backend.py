@@ -94,6 +94,15 @@ class TorchBackend:
             raise RuntimeError(f"backend {self.name!r} is not available: {why}")
         return TorchQuantizer(self).quantize(weight, hessian_diag, **options)
 
+    def group_quantizer(self):
+        """The reference's steps with the objectives in torch, for a pipeline that chooses the
+        bytes of float64 groups itself (``hscale.reference.gptq_quantize(group_quantizer=)``):
+        bit-identical to the reference's (``torch_kernels.eager_objectives(wide=True)``)."""
+        ok, why = self.available()
+        if not ok:
+            raise RuntimeError(f"backend {self.name!r} is not available: {why}")
+        return TorchQuantizer(self)
+
 
 class TorchQuantizer(Quantizer):
     """One call of the torch backend: the reference pipeline with its hot steps in torch."""
@@ -174,12 +183,7 @@ class TorchQuantizer(Quantizer):
         G = w.shape[0]
         index = torch.from_numpy(np.ascontiguousarray(candidates).reshape(G, k)).to(self.device)
         scale = self._scales(s_g).take(index.long())  # (G, k), exact
-        h_t = self._h_columns(h, groups, G)
-        if self.use_compile:
-            errors = self._fused_objectives(w, scale, h_t)
-        else:
-            errors = kernels.eager_objectives(torch, self._abs_t(w, groups), scale, h_t,
-                                              self._buffers())
+        errors = self._objectives(w, groups, scale, self._h_columns(h, groups, G))
         return errors.cpu().numpy().reshape(candidates.shape)
 
     def search(self, groups, h, initial, s_g, context) -> np.ndarray:
@@ -197,17 +201,15 @@ class TorchQuantizer(Quantizer):
         w = self._tensor(groups)
         c0 = torch.from_numpy(np.ascontiguousarray(initial, np.int64).reshape(-1)).to(self.device)
         scale = window_scales.index_select(0, c0)  # (G, K)
-        h_t = self._h_columns(h, groups, w.shape[0])
-        if self.use_compile:
-            errors = self._fused_objectives(w, scale, h_t)
-        else:
-            errors = kernels.eager_objectives(torch, self._abs_t(w, groups), scale, h_t,
-                                              self._buffers())
+        errors = self._objectives(w, groups, scale, self._h_columns(h, groups, w.shape[0]))
         rank = torch.min(errors, dim=1).indices  # HSCALE-ARGMIN-1: the first minimum
         chosen = torch.take(window_bytes, c0 * K + rank)
         return chosen.to(torch.uint8).cpu().numpy().reshape(np.shape(initial))
 
     def encode(self, groups, scale) -> np.ndarray:
+        if np.asarray(groups).dtype == np.float64:
+            # GPTQ's 53-bit weights: the division in the kernels is exact only for 24 bits
+            return super().encode(groups, scale)
         torch = self.torch
         w = self._tensor(groups)
         s = kernels.as_tensor(torch, np.broadcast_to(scale, np.shape(groups)[:-1] + (1,))
@@ -219,6 +221,16 @@ class TorchQuantizer(Quantizer):
         return codes.to(torch.uint8).cpu().numpy().reshape(np.shape(groups))
 
     # -- helpers -------------------------------------------------------------------------------
+    def _objectives(self, w, groups, scale, h_t):
+        """E (G, k): fused or eager kernels for weights of at most 24 significant bits (every
+        dtype a user's weight may have); the eager kernel's ``wide`` form for GPTQ's
+        error-compensated float64 weights (``group_quantizer``), which have 53."""
+        wide = w.dtype == self.torch.float64
+        if self.use_compile and not wide:
+            return self._fused_objectives(w, scale, h_t)
+        return kernels.eager_objectives(self.torch, self._abs_t(w, groups), scale, h_t,
+                                        self._buffers(), wide=wide)
+
     def _buffers(self) -> kernels.Buffers:
         buffers = getattr(self.local, "buffers", None)
         if buffers is None:

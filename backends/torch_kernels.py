@@ -42,8 +42,10 @@ import warnings
 import ml_dtypes
 import numpy as np
 
+
 GROUP = 16
 MAGIC = float(2 ** 51)  # C = 2^51 * clamp(x, 1, 6): ulp(C) is the E2M1 spacing at x
+EXPONENT_BITS = 0x7FF0 << 48  # of a float64: sign and mantissa cleared, 2^floor(log2 T) left
 
 
 def as_tensor(torch, array: np.ndarray):
@@ -81,11 +83,24 @@ class Buffers:
         return b[:numel]
 
 
-def eager_objectives(torch, aw_t, scale, h_t, buffers: Buffers):
+def eager_objectives(torch, aw_t, scale, h_t, buffers: Buffers, wide: bool = False):
     """E (G, k) for the groups ``aw_t`` = |w|^T (16, G) float64 at the effective scales
     ``scale`` (G, k), weighted by ``h_t`` (16, G) or unweighted (None: h = 1, and 1 * (d*d) is
     d*d). Work layout (16, G, k): the element index outermost, so that the pairwise sum adds
-    whole contiguous (G, k) planes and E comes out (G, k) contiguous."""
+    whole contiguous (G, k) planes and E comes out (G, k) contiguous.
+
+    ``wide``: |w| has up to 53 significant bits (GPTQ's error-compensated weights), not 24.
+    Then x can come within 2^-49 of 2 or 4 without equalling it, and ``x + 2^51 T`` would carry
+    into the next binade. So the magic constant is taken from T's binade alone,
+    ``C = 1.5 * 2^51 * 2^floor(log2 T)`` (T with its mantissa bits cleared): ``C + x`` then stays
+    in C's binade for every x of T's binade, its spacing is the E2M1 spacing there, and C is an
+    even multiple of it (ties to the even code, as above). The binade of fl(x) is that of |w|/s
+    (rounding is monotone; 2 and 4 are floats). The division itself needs no 24-bit bound: with
+    ``m*s`` exact in float64 (3 x 28 bits), ``fl(|w|/s) == m`` only when ``|w| == m*s``. A quotient
+    that rounds to m is within ``s * ulp(m) / 2`` of ``m*s``; a float ``|w| != m*s`` is at least
+    ulp(m*s) from it, which is more (ulp(m*s) / 2 just below a power of two, where the quotient
+    at that distance is itself a float, not m). tests/test_gptq_backends.py counts both facts on
+    inputs built to break them."""
     G, k = scale.shape
     n = GROUP * G * k
     aw_b = aw_t.unsqueeze(2)  # (16, G, 1)
@@ -96,8 +111,13 @@ def eager_objectives(torch, aw_t, scale, h_t, buffers: Buffers):
     torch.div(aw_b, scale_b, out=x)  # x = |w|/s, decisions exact (module docstring)
     x.clamp_max_(6.0)  # saturation: without it x >= 7 would round past 6
     torch.clamp_min(x, 1.0, out=t)  # T = clamp(x, 1, 6)
-    x.add_(t, alpha=MAGIC)  # fl(x + 2^51 T): rounds x to the E2M1 spacing, ties to even
-    x.sub_(t, alpha=MAGIC)  # exact: x is now q, the E2M1 magnitude
+    if wide:
+        t.view(torch.int64).bitwise_and_(EXPONENT_BITS)  # 2^floor(log2 T)
+        t.mul_(1.5 * MAGIC)  # C, exact
+        x.add_(t).sub_(t)  # q: x rounded to its binade's E2M1 spacing, ties to even
+    else:
+        x.add_(t, alpha=MAGIC)  # fl(x + 2^51 T): rounds x to the E2M1 spacing, ties to even
+        x.sub_(t, alpha=MAGIC)  # exact: x is now q, the E2M1 magnitude
     torch.addcmul(aw_b, x, scale_b, value=-1.0, out=x)  # d = |w| - q*s, q*s exact
     x.mul_(x)  # d*d
     if h_t is not None:

@@ -14,7 +14,8 @@ The steps (docs/quantize.md has the user's view):
    shards (``hscale.checkpoint``): each fused set's s_g from the largest amax of the set
    (NVFP4-GS-1), every block scale computed with that s_g (never rescaled afterwards), the
    pipeline's quantizer (RTN and 4over6 through the chosen backend, GPTQ through
-   ``hscale.reference.gptq_quantize``), the result stored in the chosen format. Memory holds the
+   ``hscale.reference.gptq_quantize``, its group step through the backend's
+   ``group_quantizer`` where it has one), the result stored in the chosen format. Memory holds the
    tensor being quantized, not the model (the RTN path reads nothing else).
 4. **Report**: per layer the weight MSE, the H-weighted error (the diagonal proxy, and the full
    calibration output error ``Tr(dW G dW^T)`` when G is at hand) relative to RTN at the same
@@ -370,14 +371,18 @@ def quantize_weight(weight, hessian_diag=None, *, pipeline="rtn", method="hscale
     weight = _as_numpy(weight)
     hessian_diag = None if hessian_diag is None else _as_numpy(hessian_diag)
     init, ceiling = PIPELINES[pipeline]
+    quantizer = get(backend) if isinstance(backend, str) else backend
     if pipeline == "gptq":
         if hessian is None:
             raise ValueError("pipeline 'gptq' needs the full Hessian H (n, n)")
+        # The sweep is the reference's; a backend that offers one chooses each group's bytes
+        # (bit-identical, faster), the others leave that to the reference too.
+        group_quantizer = getattr(quantizer, "group_quantizer", None)
         return gptq_quantize(weight, _as_numpy(hessian), method=method, init=init, K=K, U=U,
                              scale_ceiling=ceiling, global_scale=global_scale, damp=damp,
                              block_size=block_size, act_order=act_order,
-                             static_groups=static_groups)
-    quantizer = get(backend) if isinstance(backend, str) else backend
+                             static_groups=static_groups,
+                             group_quantizer=group_quantizer() if group_quantizer else None)
     return quantizer.quantize(weight, hessian_diag if method == "hscale" else None, method=method,
                               init=init, K=K, U=U, scale_ceiling=ceiling,
                               global_scale=global_scale)

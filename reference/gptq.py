@@ -77,7 +77,7 @@ def sweep_order(H: np.ndarray, act_order: bool) -> np.ndarray:
 def gptq_quantize(weight, hessian, *, method="hscale", init="maxabs", K=16, U=6,
                   scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None,
                   damp=DEFAULT_DAMP, block_size=DEFAULT_BLOCK_SIZE, act_order=False,
-                  static_groups=False) -> QuantizedWeight:
+                  static_groups=False, group_quantizer=None) -> QuantizedWeight:
     """GPTQ with the local scale selector ``method`` (HSCALE-GPTQ-1).
 
     ``hessian`` is the full ``X^T X`` (n, n); H-Scale uses ``h = diag(hessian)``. The global
@@ -91,6 +91,9 @@ def gptq_quantize(weight, hessian, *, method="hscale", init="maxabs", K=16, U=6,
     matrix once per block (GPTQ's lazy batch update): the same arithmetic up to the order of
     floating-point additions. The error-compensated weights stay float64: the group's bytes
     and codes are the reference's rules applied to them as they are (no rounding to float32).
+    ``group_quantizer``: the ``Quantizer`` whose steps choose each group's bytes, the
+    reference's by default; a backend may pass its own (``backend.group_quantizer()``), which
+    must give the reference's bytes bit for bit on float64 groups.
     """
     weight, method, init, K, U, scale_ceiling = check_arguments(weight, method, init, K, U,
                                                                 scale_ceiling)
@@ -119,7 +122,8 @@ def gptq_quantize(weight, hessian, *, method="hscale", init="maxabs", K=16, U=6,
         """The bytes of ``group`` from its 16 columns ``block`` (rows, 16), input order."""
         first = group * GROUP_SIZE
         initial_bytes[:, group], scale_bytes[:, group] = select_scale_bytes(
-            block, h[first:first + GROUP_SIZE], method, init, K, U, global_scale)
+            block, h[first:first + GROUP_SIZE], method, init, K, U, global_scale,
+            group_quantizer)
         chosen[group] = True
 
     if static_groups:

@@ -328,12 +328,14 @@ def resolve_global_scale(weight, global_scale, scale_ceiling) -> np.float32:
     return _REFERENCE.global_scale(weight, Options(scale_ceiling=scale_ceiling))
 
 
-def select_scale_bytes(groups, group_h, method, init, K, U, global_scale):
+def select_scale_bytes(groups, group_h, method, init, K, U, global_scale, quantizer=None):
     """(initial byte, chosen byte) of each group (rows of ``groups``, float64 (G, 16));
-    ``group_h`` (16,) or (G, 16), read by hscale only."""
+    ``group_h`` (16,) or (G, 16), read by hscale only. ``quantizer``: whose steps (the
+    reference's by default)."""
     options = Options(method, init, K, U)
-    return _REFERENCE.select_bytes(groups, group_h, global_scale, options,
-                                   _REFERENCE.prepare(options))
+    quantizer = quantizer or _REFERENCE
+    return quantizer.select_bytes(groups, group_h, global_scale, options,
+                                  quantizer.prepare(options))
 
 
 def encode_groups(groups, scale_byte, global_scale):

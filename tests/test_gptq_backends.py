@@ -1,0 +1,175 @@
+"""GPTQ's group step in a backend (``backend.group_quantizer()``), bit for bit the reference's.
+
+GPTQ chooses each group's bytes from error-compensated float64 weights, which have 53
+significant bits where a user's weights have at most 24. The torch kernel's rounding by a magic
+constant needs 24 bits, so it has a ``wide`` form (``torch_kernels.eager_objectives``); these
+tests put it on the float64 inputs where the 24-bit form fails and compare every objective with
+the reference's, bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hscale.backends import get
+from hscale.reference import SCALE_BYTE_VALUES, Quantizer, gptq_quantize
+from hscale.reference.e2m1 import E2M1_MAGNITUDES, E2M1_MIDPOINTS
+from hscale.reference.objective import UNIT_WEIGHTS
+from hscale.reference.quantize import select_scale_bytes
+
+torch = pytest.importorskip("torch")
+
+S_G = np.float32(0.0137)  # 24 significant bits, like any global scale
+ALL_BYTES = np.arange(1, 127, dtype=np.uint8)  # every positive E4M3 scale byte
+
+
+@pytest.fixture(scope="module", params=["torch", "torch-cuda"])
+def backend(request):
+    backend = get(request.param)
+    ok, why = backend.available()
+    if not ok:
+        pytest.skip(f"{request.param} needs a CUDA device to run: {why}")
+    return backend
+
+
+def nudged(value: np.ndarray, ulps: np.ndarray) -> np.ndarray:
+    """``value`` moved by ``ulps`` float64 units in the last place (towards +inf if > 0)."""
+    out = value.copy()
+    for _ in range(int(np.abs(ulps).max())):
+        step = np.abs(ulps) > 0
+        out[step] = np.nextafter(out[step], np.where(ulps[step] > 0, np.inf, -np.inf))
+        ulps = ulps - np.sign(ulps)
+    return out
+
+
+def hard_float64_groups(count=1500, seed=7) -> np.ndarray:
+    """Groups (count, 16) of float64 weights at E2M1 midpoints, grid points and 2 and 4 times
+    one of the ladder's scales, each moved by -3..3 float64 ulps, and a few ordinary ones."""
+    rng = np.random.default_rng(seed)
+    points = np.array(E2M1_MIDPOINTS + E2M1_MAGNITUDES[1:] + (2.0, 4.0, 2.0, 4.0))
+    scale = SCALE_BYTE_VALUES[rng.integers(1, 127, (count, 1))] * np.float64(S_G)
+    on_point = rng.choice(points, (count, 16)) * scale  # exact: 3 x 28 significant bits
+    weights = nudged(on_point, rng.integers(-3, 4, (count, 16)))
+    ordinary = rng.random((count, 16)) < 0.1
+    weights[ordinary] = rng.standard_normal(int(ordinary.sum())) * scale.repeat(16, 1)[ordinary]
+    return weights * rng.choice([-1.0, 1.0], (count, 16))
+
+
+def test_what_the_float64_kernel_relies_on_and_guards_against():
+    """Counted with numpy on the hard groups at every ladder scale, independently of the
+    kernels: quotients within 2^-49 of 2 or 4 (not equal) do occur, which is why the kernel's
+    magic constant follows T's binade; a quotient rounded onto a midpoint it does not equal
+    never occurs (the kernel's docstring proves it), though every midpoint is hit exactly."""
+    magnitudes = np.abs(hard_float64_groups())[:, None, :]
+    scales = (SCALE_BYTE_VALUES[ALL_BYTES] * np.float64(S_G))[None, :, None]
+    quotient = magnitudes / scales
+    on_midpoint = np.isin(quotient, np.array(E2M1_MIDPOINTS))
+    # quotient == m there, so quotient * scale is m * s, a product exact in float64
+    assert on_midpoint.sum() > 100
+    every_magnitude = np.broadcast_to(magnitudes, quotient.shape)
+    assert np.array_equal(every_magnitude[on_midpoint], (quotient * scales)[on_midpoint])
+    near_a_binade_edge = np.zeros_like(on_midpoint)
+    for edge in (2.0, 4.0):
+        near_a_binade_edge |= (quotient != edge) & (np.abs(quotient - edge) < 2.0 ** -49)
+    assert near_a_binade_edge.sum() > 100, near_a_binade_edge.sum()
+
+
+def bits(errors: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(errors, dtype=np.float64).view(np.uint64)
+
+
+@pytest.mark.clause("HSCALE-OBJ-1")
+@pytest.mark.parametrize("weighting", ["h", "unit"])
+def test_every_objective_on_the_whole_ladder_equals_the_reference(backend, weighting):
+    groups = hard_float64_groups()
+    rng = np.random.default_rng(3)
+    h = UNIT_WEIGHTS if weighting == "unit" else rng.random(16) * 10.0 ** rng.uniform(-8, 8, 16)
+    candidates = np.broadcast_to(ALL_BYTES, (len(groups), len(ALL_BYTES)))
+    expected = Quantizer().candidate_objectives(groups, h, candidates, S_G)
+    got = backend.group_quantizer().candidate_objectives(groups, h, candidates, S_G)
+    differ = bits(expected) != bits(got)
+    assert not differ.any(), (f"{backend.name}: {int(differ.sum())} objectives differ, first at "
+                              f"(group, byte index) {tuple(np.argwhere(differ)[0])}")
+
+
+def test_the_24_bit_kernel_would_get_some_of_them_wrong():
+    """The reason the float64 kernel exists: the kernel for users' weights, given these float64
+    groups, disagrees with the reference (so the test above can fail)."""
+    from hscale.backends import torch_kernels
+    groups = hard_float64_groups()
+    candidates = np.broadcast_to(ALL_BYTES, (len(groups), len(ALL_BYTES)))
+    expected = Quantizer().candidate_objectives(groups, UNIT_WEIGHTS, candidates, S_G)
+    aw_t = torch.from_numpy(np.abs(groups).T.copy())
+    scales = torch.from_numpy(SCALE_BYTE_VALUES[candidates.astype(np.intp)] * np.float64(S_G))
+    buffers = torch_kernels.Buffers(torch, "cpu")
+    narrow = torch_kernels.eager_objectives(torch, aw_t, scales, None, buffers).numpy().copy()
+    wide = torch_kernels.eager_objectives(torch, aw_t, scales, None, buffers, wide=True).numpy()
+    assert (bits(narrow) != bits(expected)).sum() > 0
+    assert (bits(wide) == bits(expected)).all()
+
+
+@pytest.mark.clause("HSCALE-GPTQ-1")
+@pytest.mark.parametrize("method", ["rtn", "scale-only", "hscale"])
+@pytest.mark.parametrize("init", ["maxabs", "4over6"])
+def test_group_selection_equals_the_reference(backend, method, init):
+    groups = hard_float64_groups(count=600, seed=11)
+    groups[:5] = 0.0  # zero groups: byte 0x00, not searched
+    h = np.random.default_rng(5).random(16)
+    h[3] = 0.0
+    expected = select_scale_bytes(groups, h, method, init, 16, 6, S_G)
+    got = select_scale_bytes(groups, h, method, init, 16, 6, S_G, backend.group_quantizer())
+    for name, e, g in zip(("initial", "chosen"), expected, got):
+        assert np.array_equal(e, g), (f"{backend.name} {method}/{init}: {name} bytes differ in "
+                                      f"{int((e != g).sum())} groups")
+
+
+def gptq_layer(seed=0, rows=48, cols=128, tokens=400):
+    rng = np.random.default_rng(seed)
+    mixing = rng.standard_normal((cols, cols)) * 0.3 + np.eye(cols)
+    X = rng.standard_normal((tokens, cols)) @ mixing * rng.uniform(0.2, 3.0, cols)
+    W = (rng.standard_normal((rows, cols)) * 0.05).astype(np.float32)
+    W[rng.random(W.shape) < 0.01] *= 30.0
+    W[0, :16] = 0.0
+    X[:, 40] = 0.0  # a channel that never fires: H_jj = 0
+    return W, X.T @ X
+
+
+OPTIONS = [dict(method=m, init=i) for m in ("rtn", "scale-only", "hscale")
+           for i in ("maxabs", "4over6")] + [
+    dict(method="hscale", act_order=True), dict(method="hscale", static_groups=True),
+    dict(method="hscale", act_order=True, static_groups=True, block_size=32),
+    dict(method="hscale", K=8, U=3)]
+
+
+@pytest.mark.clause("HSCALE-GPTQ-1")
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(f"{k}={v}"
+                                                                      for k, v in o.items()))
+def test_gptq_with_the_backend_group_step_equals_the_reference(backend, options):
+    W, H = gptq_layer()
+    expected = gptq_quantize(W, H, **options)
+    got = gptq_quantize(W, H, **options, group_quantizer=backend.group_quantizer())
+    for name in ("codes", "scale_bytes", "initial_bytes", "delta"):
+        e, g = getattr(expected, name), getattr(got, name)
+        assert np.array_equal(e, g), f"{backend.name} {options}: {name} differs"
+    assert got.global_scale == expected.global_scale
+
+
+def test_quantize_weight_gptq_uses_the_backend_group_step(monkeypatch):
+    """``hscale quantize --pipeline gptq --backend torch`` chooses the groups' bytes in torch
+    (the kernel's wide form is called), with the reference's result."""
+    from hscale.backends import torch_kernels
+    from hscale.quantize_model import quantize_weight
+    W, H = gptq_layer(seed=4)
+    expected = quantize_weight(W, np.diag(H).copy(), pipeline="gptq", backend="numpy", hessian=H)
+    calls = []
+    original = torch_kernels.eager_objectives
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("wide", False))
+        return original(*args, **kwargs)
+    monkeypatch.setattr(torch_kernels, "eager_objectives", counted)
+    got = quantize_weight(W, np.diag(H).copy(), pipeline="gptq", backend="torch", hessian=H)
+    assert calls == [True] * (W.shape[1] // 16)  # one search per group, all wide
+    assert np.array_equal(got.codes, expected.codes)
+    assert np.array_equal(got.scale_bytes, expected.scale_bytes)
