@@ -536,22 +536,19 @@ def quantize_model(request: QuantizeRequest | None = None, **options) -> Quantiz
     return report
 
 
-def dequantized_into(model, checkpoint_dir) -> int:
-    """Replace every quantized Linear's weight of ``model`` (the source model, loaded) with the
-    checkpoint's weight as NVFP4-DEQ-1 defines it (float32); returns how many."""
-    import torch
+def checkpoint_weights(checkpoint_dir) -> dict:
+    """module -> the checkpoint's weight of every quantized Linear as NVFP4-DEQ-1 defines it
+    (float32)."""
     from hscale.checkpoint import detect_format, iter_quantized_modules, read_stored_linear
     from hscale.reference import dequantize, unpack_codes
     fmt = detect_format(checkpoint_dir).format
     stored_model = SafetensorsModel(checkpoint_dir)
-    count = 0
+    weights = {}
     for module in iter_quantized_modules(stored_model, fmt):
         stored = read_stored_linear(stored_model, fmt, module)
-        weight = dequantize(unpack_codes(stored.packed), stored.scale_bytes, stored.global_scale)
-        with torch.no_grad():
-            model.get_submodule(module).weight.copy_(torch.from_numpy(weight))
-        count += 1
-    return count
+        weights[module] = dequantize(unpack_codes(stored.packed), stored.scale_bytes,
+                                     stored.global_scale).astype(np.float32)
+    return weights
 
 
 def sentence_embeddings(model, tokenizer, texts, batch_size: int = 32) -> np.ndarray:
@@ -569,32 +566,62 @@ def sentence_embeddings(model, tokenizer, texts, batch_size: int = 32) -> np.nda
     return np.concatenate(out).astype(np.float64)
 
 
+class EmbeddingProbe:
+    """The source model's sentence embeddings of ``texts``, in float32 as loaded, and with its
+    Linear weights replaced: ``cosine(weights)`` gives the cosine similarity of each text's
+    embedding to the float32 one (mean and min), and puts the original weights back."""
+
+    def __init__(self, source_dir, texts):
+        import transformers
+        from hscale.models import _quiet_transformers
+        self.texts = list(texts)
+        with _quiet_transformers():
+            self.tokenizer = transformers.AutoTokenizer.from_pretrained(source_dir)
+            config = transformers.AutoConfig.from_pretrained(source_dir)
+            self.model_class = next(getattr(transformers, n) for n in config.architectures
+                                    if hasattr(transformers, n))
+            self.model = self.model_class.from_pretrained(source_dir).eval()
+        self.base = self.embeddings(self.model)
+
+    def embeddings(self, model) -> np.ndarray:
+        return sentence_embeddings(model, self.tokenizer, self.texts)
+
+    def cosine(self, weights: dict) -> dict:
+        """``weights``: module -> weight (m, n), any float dtype; every other weight stays."""
+        import torch
+        originals = {}
+        try:
+            with torch.no_grad():
+                for module, weight in weights.items():
+                    parameter = self.model.get_submodule(module).weight
+                    originals[module] = parameter.detach().clone()
+                    parameter.copy_(torch.from_numpy(np.asarray(weight, dtype=np.float32)))
+            return cosine_stats(self.base, self.embeddings(self.model))
+        finally:
+            with torch.no_grad():
+                for module, original in originals.items():
+                    self.model.get_submodule(module).weight.copy_(original)
+
+
 def embedding_cosines(source_dir, checkpoint_dir, texts) -> dict:
     """Cosine similarity of each text's sentence embedding, the quantized checkpoint's against
-    the source model's (float32): through NVFP4-DEQ-1 (``dequantized_into``) and, for a
+    the source model's (float32): through NVFP4-DEQ-1 (``checkpoint_weights``) and, for a
     compressed-tensors checkpoint, through the library's own loading (transformers with
     compressed-tensors, decompressing on load)."""
     import transformers
     from hscale.checkpoint import detect_format
     from hscale.models import _quiet_transformers
     import warnings
-    with _quiet_transformers(), warnings.catch_warnings():
-        # transformers warns that the checkpoint's own quantization_config wins: it is the same
-        warnings.simplefilter("ignore", UserWarning)
-        tokenizer = transformers.AutoTokenizer.from_pretrained(source_dir)
-        config = transformers.AutoConfig.from_pretrained(source_dir)
-        cls = next(getattr(transformers, n) for n in config.architectures
-                   if hasattr(transformers, n))
-        reference = cls.from_pretrained(source_dir).eval()
-        base = sentence_embeddings(reference, tokenizer, texts)
-        dequantized_into(reference, checkpoint_dir)
-        ours = sentence_embeddings(reference, tokenizer, texts)
-    result = {"texts": len(texts), "dequantize": _cosine_stats(base, ours)}
+    probe = EmbeddingProbe(source_dir, texts)
+    result = {"texts": len(probe.texts),
+              "dequantize": probe.cosine(checkpoint_weights(checkpoint_dir))}
     if detect_format(checkpoint_dir).format == "compressed-tensors":
         try:
             with _quiet_transformers(), warnings.catch_warnings():
+                # transformers warns that the checkpoint's own quantization_config wins: it is
+                # the same
                 warnings.simplefilter("ignore", UserWarning)
-                loaded = cls.from_pretrained(
+                loaded = probe.model_class.from_pretrained(
                     checkpoint_dir,
                     quantization_config=transformers.CompressedTensorsConfig(dequantize=True)
                 ).eval()
@@ -602,14 +629,13 @@ def embedding_cosines(source_dir, checkpoint_dir, texts) -> dict:
                 # float32 model, whose forward then fails; 0.20 converts them. float() keeps
                 # their (bfloat16) values exactly.
                 loaded = loaded.float()
-            result["compressed_tensors_load"] = _cosine_stats(
-                base, sentence_embeddings(loaded, tokenizer, texts))
+            result["compressed_tensors_load"] = cosine_stats(probe.base, probe.embeddings(loaded))
         except ImportError as exc:
             result["compressed_tensors_load"] = f"not run: {exc}"
     return result
 
 
-def _cosine_stats(a: np.ndarray, b: np.ndarray) -> dict:
+def cosine_stats(a: np.ndarray, b: np.ndarray) -> dict:
     cosines = np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
     return {"mean": float(np.mean(cosines)), "min": float(np.min(cosines))}
 

@@ -140,6 +140,8 @@ def pipeline_rows(model) -> list[dict]:
 
 # -- head to head -----------------------------------------------------------------------------
 
+HSCALE_ROW = "H-Scale (hscale.reference, U = 6, K = 16)"
+BASELINE_ROW = "min-max (RTN: the spec's max-abs byte), the baseline"
 # (name, adapter module, factory, what it is); each run on every Linear with the same s_g.
 COMPETITORS = (
     ("llm-compressor MSE observer", "llmcompressor_nvfp4", "create_mse", "llmcompressor"),
@@ -200,8 +202,12 @@ def library_dequantized(adapter, result) -> np.ndarray:
 
 def head_to_head(model, progress=True, skip=()) -> dict:
     """name -> {output, output_heldout (mean and median of each layer's error over RTN's),
-    seconds (scale selection over all Linears), ran / reason}. H-Scale's own row first."""
+    embedding_cosine_heldout (the whole model with every Linear so quantized: each held-out
+    sentence embedding's cosine to fp32, mean and min), seconds (scale selection over all
+    Linears), ran / reason}. H-Scale's own row first, then min-max itself."""
     import importlib
+    from hscale.calibration import heldout_texts
+    from hscale.quantize_model import EmbeddingProbe
     from hscale.reference import quantize
     scales = fidelity.global_scales(model, 448.0)
     base = {}
@@ -209,26 +215,35 @@ def head_to_head(model, progress=True, skip=()) -> dict:
         deq = quantize(weight, method="rtn", global_scale=scales[module]).dequantize()
         base[module] = (fidelity.output_error(weight, deq, model.G[module]),
                         fidelity.output_error(weight, deq, model.G_heldout[module]))
+    # The end-to-end check needs the model itself; a bare set of layers (tests) has none.
+    probe = (EmbeddingProbe(model.directory, heldout_texts())
+             if model.directory is not None else None)
 
     def measure(run):
-        ratios, ratios_h, seconds = [], [], 0.0
+        ratios, ratios_h, seconds, dequantized = [], [], 0.0, {}
         for module in _bar(list(model.weights), progress, "head to head"):
             weight = model.weights[module]
             start = time.perf_counter()
-            deq = run(module, weight)
+            deq = dequantized[module] = run(module, weight)
             seconds += time.perf_counter() - start
             ratios.append(fidelity.output_error(weight, deq, model.G[module]) / base[module][0])
             ratios_h.append(fidelity.output_error(weight, deq, model.G_heldout[module])
                             / base[module][1])
-        return {"ran": True, "seconds": seconds,
-                "output": {"mean": float(np.mean(ratios)), "median": float(np.median(ratios))},
-                "output_heldout": {"mean": float(np.mean(ratios_h)),
-                                   "median": float(np.median(ratios_h))},
-                "improved_heldout": int(np.sum(np.array(ratios_h) < 1)), "layers": len(ratios)}
+        row = {"ran": True, "seconds": seconds,
+               "output": {"mean": float(np.mean(ratios)), "median": float(np.median(ratios))},
+               "output_heldout": {"mean": float(np.mean(ratios_h)),
+                                  "median": float(np.median(ratios_h))},
+               "improved_heldout": int(np.sum(np.array(ratios_h) < 1)), "layers": len(ratios)}
+        if probe is not None:
+            row["embedding_cosine_heldout"] = dict(probe.cosine(dequantized),
+                                                   texts=len(probe.texts))
+        return row
 
-    rows = {"H-Scale (hscale.reference, U = 6, K = 16)": measure(
+    rows = {HSCALE_ROW: measure(
         lambda m, w: quantize(w, np.diag(model.G[m]).copy(), global_scale=scales[m])
-        .dequantize())}
+        .dequantize()),
+        BASELINE_ROW: measure(
+        lambda m, w: quantize(w, method="rtn", global_scale=scales[m]).dequantize())}
     for name, module_name, factory, library in COMPETITORS:
         if name in skip:
             continue
@@ -346,7 +361,8 @@ def plot_window(summary: dict, path: Path) -> Path:
 def plot_head_to_head(rows: dict, path: Path) -> Path:
     plt = _figure()
     ran = [(n, r) for n, r in rows.items() if r.get("ran")]
-    fig, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * max(1, len(ran))))
+    fig, (ax, ax_cos) = plt.subplots(1, 2, figsize=(11, 0.7 + 0.45 * max(1, len(ran))),
+                                     sharey=True, gridspec_kw={"width_ratios": [3, 2]})
     y = np.arange(len(ran))
     ax.barh(y - 0.2, [r["output"]["mean"] for _, r in ran], 0.4, label="calibration text")
     ax.barh(y + 0.2, [r["output_heldout"]["mean"] for _, r in ran], 0.4, label="held-out text")
@@ -356,6 +372,12 @@ def plot_head_to_head(rows: dict, path: Path) -> Path:
     ax.invert_yaxis()
     ax.set_xlabel("mean layer output error relative to min-max (RTN)")
     ax.legend(fontsize=7)
+    # End to end: 1 - cosine, so that smaller is better on both panels; rows kept from a run
+    # before the embeddings were measured have no bar.
+    distance = [1.0 - r["embedding_cosine_heldout"]["mean"]
+                if r.get("embedding_cosine_heldout") else np.nan for _, r in ran]
+    ax_cos.barh(y, distance, 0.5, color="tab:green")
+    ax_cos.set_xlabel("1 - sentence-embedding cosine to fp32\n(held-out sentences, mean)")
     return save_png(fig, path)
 
 
@@ -435,20 +457,29 @@ def tables(doc: dict) -> str:
         lines += ["", "### Head to head: layer output error relative to min-max (RTN), every "
                   "Linear, same s_g and calibration", "",
                   "| scale selection | calibration text (mean / median) | held-out text (mean / "
-                  "median) | layers improved (held-out) | seconds (all Linears) | version |",
-                  "|---|---:|---:|---:|---:|---|"]
+                  "median) | layers improved (held-out) | sentence-embedding cosine to fp32, "
+                  "held-out (mean / min) | seconds (all Linears) | version |",
+                  "|---|---:|---:|---:|---:|---:|---|"]
         for name, r in rows.items():
             if r.get("ran"):
                 lines.append(f"| {name} | {pct(r['output']['mean'])} / "
                              f"{pct(r['output']['median'])} | {pct(r['output_heldout']['mean'])}"
                              f" / {pct(r['output_heldout']['median'])} | "
-                             f"{r['improved_heldout']} of {r['layers']} | {r['seconds']:.2f} | "
-                             f"{_version(r.get('version', ''))} |")
+                             f"{r['improved_heldout']} of {r['layers']} | "
+                             f"{_cosine(r.get('embedding_cosine_heldout'))} | "
+                             f"{r['seconds']:.2f} | {_version(r.get('version', ''))} |")
         for name, r in rows.items():
             if not r.get("ran"):
                 reason = r["reason"].removeprefix("not run: ")
-                lines.append(f"| {name} | not run: {reason} | | | | |")
+                lines.append(f"| {name} | not run: {reason} | | | | | |")
     return "\n".join(lines) + "\n"
+
+
+def _cosine(stats) -> str:
+    """mean / min of the sentence-embedding cosines, or why there are none."""
+    if not stats:
+        return "not measured (row kept from an earlier run)"
+    return f"{stats['mean']:.5f} / {stats['min']:.5f}"
 
 
 def _version(text: str) -> str:
@@ -478,7 +509,7 @@ def render(doc: dict, out: Path) -> list[Path]:
 
 def _row_order(name: str) -> int:
     """H-Scale first, then the competitors in the order they are listed here."""
-    order = (["H-Scale (hscale.reference, U = 6, K = 16)"] + [c[0] for c in COMPETITORS]
+    order = ([HSCALE_ROW, BASELINE_ROW] + [c[0] for c in COMPETITORS]
              + [f[0] for f in FUNCTIONS] + list(NOT_WIRED))
     return order.index(name) if name in order else len(order)
 

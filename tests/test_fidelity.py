@@ -236,3 +236,46 @@ def test_report_reuses_measured_rows_when_asked(tmp_path):
     for name in names:
         assert rows[name]["kept_from_earlier_run"] is True
         assert rows[name]["output"] == measured["output"]
+
+
+def test_embedding_probe_matches_a_model_loaded_with_the_weights_replaced():
+    """The end-to-end figure of the head-to-head: the probe's cosines equal those of a fresh
+    model loaded with the quantized weights and pooled here by hand; the probe puts the
+    original weights back after each call."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from hscale.calibration import heldout_texts
+    from hscale.models import minilm_model_dir
+    from hscale.quantize_model import EmbeddingProbe
+    from hscale.reference import quantize
+    directory = minilm_model_dir()
+    texts = heldout_texts()[:12]
+    probe = EmbeddingProbe(directory, texts)
+    assert probe.cosine({})["min"] == pytest.approx(1.0, abs=1e-12)
+    fresh = transformers.AutoModel.from_pretrained(directory).eval()
+    modules = ["encoder.layer.0.intermediate.dense", "encoder.layer.3.attention.self.query"]
+    quantized = {m: quantize(fresh.get_submodule(m).weight.detach().numpy(), method="rtn")
+                 .dequantize() for m in modules}
+    got = probe.cosine(quantized)
+    assert probe.cosine({})["min"] == pytest.approx(1.0, abs=1e-12)  # originals restored
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+
+    def embed(model):
+        with torch.no_grad():
+            batch = tokenizer(texts, padding=True, truncation=True, max_length=256,
+                              return_tensors="pt")
+            hidden = model(**batch).last_hidden_state.double().numpy()
+        mask = batch["attention_mask"].numpy()[..., None].astype(np.float64)
+        pooled = (hidden * mask).sum(1) / mask.sum(1)
+        return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+
+    before = embed(fresh)
+    with torch.no_grad():
+        for m, w in quantized.items():
+            fresh.get_submodule(m).weight.copy_(torch.from_numpy(w.astype(np.float32)))
+    after = embed(fresh)
+    cosines = np.sum(before * after, axis=1)
+    assert got["mean"] == pytest.approx(float(np.mean(cosines)), abs=1e-6)
+    assert got["min"] == pytest.approx(float(np.min(cosines)), abs=1e-6)
+    assert 0.9 < got["min"] < 1.0
