@@ -15,7 +15,9 @@ A backend is any object with
   and ``packed`` (uint8 (m, n/2)) or ``codes`` (uint8 (m, n)); ``delta`` or ``initial_bytes``
   where it has a search. The rest is derived (``hscale.conformance.diagnose.observe``);
 - optionally ``global_scale_convention``: ``"multiplier"`` (default: the dequantization
-  multiplier s_g) or ``"reciprocal"`` (the ``6C/amax`` a checkpoint stores, NVFP4-GS-4).
+  multiplier s_g) or ``"reciprocal"`` (the ``6C/amax`` a checkpoint stores, NVFP4-GS-4);
+- optionally ``group_quantizer()``: an ``hscale.reference.Quantizer`` that GPTQ uses to choose
+  the bytes of its float64 groups, bit-identical to the reference's (docs/backends.md).
 
 Bad input must raise ValueError or TypeError; this project's own backends also name the
 argument, the first offending index and the clause (the conformance suite requires that of
