@@ -14,6 +14,7 @@ import io
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -152,13 +153,10 @@ COMPETITORS = (
     ("AutoRound NVFP4 RTN (iters=0)", "autoround_nvfp4", "create", "auto_round"),
     ("fouroversix (4-or-6 per group)", "fouroversix_nvfp4", "create", "fouroversix"),
 )
-# Searches the issue names that this kit has no adapter for: listed, with the reason.
-NOT_WIRED = {
-    "ModelOpt local-Hessian calibrator": "ModelOpt runs it inside mtq.quantize's "
-    "calibration loop over a whole model; no adapter of this kit calls it on one Linear yet",
-    "ModelOpt FP8 scale sweep calibrator": "as the local-Hessian one, no adapter yet",
-    "ModelOpt MSE calibrator": "as the local-Hessian one, no adapter yet",
-}
+# ModelOpt's three NVFP4 weight-scale searches, each through mtq.quantize on one Linear
+# (hscale/backends/interop/modelopt_calibrators.py); they need CUDA and Triton.
+MODELOPT_CALIBRATORS = ("ModelOpt local-Hessian calibrator",
+                        "ModelOpt FP8 scale sweep calibrator", "ModelOpt MSE calibrator")
 
 
 def autoround_opt_rtn(weight, s_g, h=None) -> np.ndarray:
@@ -284,7 +282,29 @@ def head_to_head(model, progress=True, skip=()) -> dict:
                                      f"{getattr(importlib.import_module(library), '__version__', '')}")
         except Exception as error:
             rows[name] = {"ran": False, "reason": f"{type(error).__name__}: {error}"[:300]}
-    rows.update({name: {"ran": False, "reason": why} for name, why in NOT_WIRED.items()})
+    for name in MODELOPT_CALIBRATORS:
+        if name in skip:
+            continue
+        try:
+            from hscale.backends.interop import modelopt_calibrators as calibrators
+        except ImportError as error:
+            rows[name] = {"ran": False, "reason": f"modelopt is not installed here ({error})"}
+            continue
+        ok, why = calibrators.available(name)
+        if not ok:
+            rows[name] = {"ran": False, "reason": why}
+            continue
+        try:
+            with warnings.catch_warnings():
+                # ModelOpt takes max|W| / 2688 as s_g itself (a fused set's shared s_g cannot
+                # be handed in); the module's docstring says so, the warning would repeat it
+                warnings.simplefilter("ignore")
+                rows[name] = measure(lambda m, w: calibrators.dequantized(
+                    w, scales[m], model.G[m], name))
+            from hscale.backends.interop.common import dist_version
+            rows[name]["version"] = dist_version("nvidia-modelopt")
+        except Exception as error:
+            rows[name] = {"ran": False, "reason": f"{type(error).__name__}: {error}"[:300]}
     return rows
 
 
@@ -510,7 +530,7 @@ def render(doc: dict, out: Path) -> list[Path]:
 def _row_order(name: str) -> int:
     """H-Scale first, then the competitors in the order they are listed here."""
     order = ([HSCALE_ROW, BASELINE_ROW] + [c[0] for c in COMPETITORS]
-             + [f[0] for f in FUNCTIONS] + list(NOT_WIRED))
+             + [f[0] for f in FUNCTIONS] + list(MODELOPT_CALIBRATORS))
     return order.index(name) if name in order else len(order)
 
 
