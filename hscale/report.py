@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import textwrap
 import time
 import warnings
 from pathlib import Path
@@ -143,15 +144,20 @@ def pipeline_rows(model) -> list[dict]:
 
 HSCALE_ROW = "H-Scale (hscale.reference, U = 6, K = 16)"
 BASELINE_ROW = "min-max (RTN: the spec's max-abs byte), the baseline"
-# (name, adapter module, factory, what it is); each run on every Linear with the same s_g.
+# (name, adapter module, factory, library, init); each run on every Linear with the same s_g,
+# as rtn from the init that selects its scale rule (fouroversix's 4-or-6 choice is its 4over6).
 COMPETITORS = (
-    ("llm-compressor MSE observer", "llmcompressor_nvfp4", "create_mse", "llmcompressor"),
+    ("llm-compressor MSE observer", "llmcompressor_nvfp4", "create_mse", "llmcompressor",
+     "maxabs"),
     ("llm-compressor expanded-MSE observer (= its fouroversix observer in 0.14)",
-     "llmcompressor_nvfp4", "create_expanded_mse", "llmcompressor"),
-    ("llm-compressor min-max observer", "llmcompressor_nvfp4", "create", "llmcompressor"),
-    ("ModelOpt NVFP4QTensor (max calibration)", "modelopt_nvfp4", "create", "modelopt"),
-    ("AutoRound NVFP4 RTN (iters=0)", "autoround_nvfp4", "create", "auto_round"),
-    ("fouroversix (4-or-6 per group)", "fouroversix_nvfp4", "create", "fouroversix"),
+     "llmcompressor_nvfp4", "create_expanded_mse", "llmcompressor", "maxabs"),
+    ("llm-compressor min-max observer", "llmcompressor_nvfp4", "create", "llmcompressor",
+     "maxabs"),
+    ("ModelOpt NVFP4QTensor (max calibration)", "modelopt_nvfp4", "create", "modelopt",
+     "maxabs"),
+    ("AutoRound NVFP4 RTN (iters=0)", "autoround_nvfp4", "create", "auto_round", "maxabs"),
+    ("fouroversix (4-or-6 per group, by weight error)", "fouroversix_nvfp4", "create",
+     "fouroversix", "4over6"),
 )
 # ModelOpt's three NVFP4 weight-scale searches, each through mtq.quantize on one Linear
 # (hscale/backends/interop/modelopt_calibrators.py); they need CUDA and Triton.
@@ -242,7 +248,7 @@ def head_to_head(model, progress=True, skip=()) -> dict:
         .dequantize()),
         BASELINE_ROW: measure(
         lambda m, w: quantize(w, method="rtn", global_scale=scales[m]).dequantize())}
-    for name, module_name, factory, library in COMPETITORS:
+    for name, module_name, factory, library, init in COMPETITORS:
         if name in skip:
             continue
         try:
@@ -258,9 +264,11 @@ def head_to_head(model, progress=True, skip=()) -> dict:
             continue
         try:
             warm = np.ones((1, 16), np.float32)  # imports and first-call set-up, not timed
-            adapter.quantize(warm, None, method="rtn", global_scale=np.float32(1 / 2688))
+            adapter.quantize(warm, None, method="rtn", init=init,
+                             global_scale=np.float32(1 / 2688))
             rows[name] = measure(lambda m, w: library_dequantized(
-                adapter, adapter.quantize(w, None, method="rtn", global_scale=scales[m])))
+                adapter, adapter.quantize(w, None, method="rtn", init=init,
+                                          global_scale=scales[m])))
             version = adapter.version
             rows[name]["version"] = str(version() if callable(version) else version)
         except Exception as error:  # a library's own failure is a finding, not a crash
@@ -381,14 +389,15 @@ def plot_window(summary: dict, path: Path) -> Path:
 def plot_head_to_head(rows: dict, path: Path) -> Path:
     plt = _figure()
     ran = [(n, r) for n, r in rows.items() if r.get("ran")]
-    fig, (ax, ax_cos) = plt.subplots(1, 2, figsize=(11, 0.7 + 0.45 * max(1, len(ran))),
+    fig, (ax, ax_cos) = plt.subplots(1, 2, figsize=(11, 0.8 + 0.55 * max(1, len(ran))),
                                      sharey=True, gridspec_kw={"width_ratios": [3, 2]})
     y = np.arange(len(ran))
     ax.barh(y - 0.2, [r["output"]["mean"] for _, r in ran], 0.4, label="calibration text")
     ax.barh(y + 0.2, [r["output_heldout"]["mean"] for _, r in ran], 0.4, label="held-out text")
     ax.axvline(1.0, color="grey", linewidth=0.8, linestyle="--")
     ax.set_yticks(y)
-    ax.set_yticklabels([n[:48] for n, _ in ran], fontsize=7)
+    ax.set_yticklabels(["\n".join(textwrap.wrap(textwrap.shorten(n, 90, placeholder="..."), 45))
+                        for n, _ in ran], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("mean layer output error relative to min-max (RTN)")
     ax.legend(fontsize=7)
@@ -527,10 +536,14 @@ def render(doc: dict, out: Path) -> list[Path]:
     return written
 
 
+def row_names() -> list:
+    """The head-to-head rows, in table order: H-Scale, min-max, then the competitors."""
+    return ([HSCALE_ROW, BASELINE_ROW] + [c[0] for c in COMPETITORS]
+            + [f[0] for f in FUNCTIONS] + list(MODELOPT_CALIBRATORS))
+
+
 def _row_order(name: str) -> int:
-    """H-Scale first, then the competitors in the order they are listed here."""
-    order = ([HSCALE_ROW, BASELINE_ROW] + [c[0] for c in COMPETITORS]
-             + [f[0] for f in FUNCTIONS] + list(MODELOPT_CALIBRATORS))
+    order = row_names()
     return order.index(name) if name in order else len(order)
 
 
@@ -552,6 +565,8 @@ def build(out: Path = DEFAULT_OUT, progress=True, iterations=BEST_SCALE_ITERATIO
     doc["summary"] = summarise(doc)
     doc["pipelines"] = pipeline_rows(model)
     doc["microcase"] = fidelity.microcase()
+    # Earlier rows of methods the report no longer has (renamed, dropped) are not carried on.
+    earlier = {n: r for n, r in earlier.items() if n in row_names()}
     skip = {n for n, r in earlier.items() if r.get("ran")} if reuse_measured else set()
     rows = head_to_head(model, progress, skip)
     rows.update({n: dict(earlier[n], kept_from_earlier_run=True) for n in skip if n not in rows})

@@ -227,11 +227,13 @@ def test_report_reuses_measured_rows_when_asked(tmp_path):
                 "output_heldout": {"mean": 0.81, "median": 0.8}, "improved_heldout": 2,
                 "layers": 2}
     names = [c[0] for c in report.COMPETITORS] + [f[0] for f in report.FUNCTIONS]
+    stale = "a method this report no longer has"
     (tmp_path / "figures.json").write_text(json.dumps(
-        {"head_to_head": {name: measured for name in names}}))
+        {"head_to_head": {name: measured for name in names + [stale]}}))
     doc = report.build(tmp_path, progress=False, iterations=2, model=tiny_model(),
                        reuse_measured=True)
     rows = doc["head_to_head"]
+    assert stale not in rows
     assert list(rows)[0].startswith("H-Scale") and rows[list(rows)[0]]["ran"]
     for name in names:
         assert rows[name]["kept_from_earlier_run"] is True
