@@ -138,6 +138,7 @@ def judge(backend, cases, profile: str, allowances) -> dict:
     totals = Counter()
     uses = Counter()
     still = Counter()
+    still_examples: dict = {}  # clause -> the first finding of it, in hex
     for case in cases:
         if isinstance(case.expected, Rejection):
             continue
@@ -166,8 +167,32 @@ def judge(backend, cases, profile: str, allowances) -> dict:
         uses.update(relaxed.allowance_uses)
         for finding in relaxed.findings:
             still[finding.clause] += 1
+            if finding.clause not in still_examples:
+                still_examples[finding.clause] = hex_example(case, expected, observed, finding)
     return {"totals": dict(totals), "allowance_uses": dict(uses),
-            "still_failing": dict(still)}
+            "still_failing": dict(still), "still_examples": still_examples}
+
+
+def hex_example(case, expected, observed, finding) -> dict:
+    """One finding in hex: the case, both s_g, the finding's words and, for a group's finding,
+    the group's w (float32 bits) and the reference's and the observed scale byte and 8 packed
+    bytes (under a relaxed profile the finding says what was expected of the library's own
+    byte)."""
+    from hscale.vectors import hexio
+    example = {"case": case.id, "s_g": hexio.fp32_hex(expected.global_scale).upper(),
+               "observed_s_g": hexio.fp32_hex(np.float32(observed.global_scale)).upper(),
+               "finding": finding.render()}
+    if finding.group is not None:
+        r, i = finding.group
+        example.update(
+            group=[r, i],
+            w=" ".join(f"{int(b):08X}" for b in np.asarray(
+                case.exact_weight()[r, 16 * i:16 * i + 16], np.float32).view(np.uint32)),
+            expected=f"{int(expected.scale_bytes[r, i]):02X} "
+                     f"{expected.packed[r, 8 * i:8 * i + 8].tobytes().hex().upper()}",
+            observed=f"{int(observed.scale_bytes[r, i]):02X} "
+                     f"{np.asarray(observed.packed)[r, 8 * i:8 * i + 8].tobytes().hex().upper()}")
+    return example
 
 
 def level0_cases():
@@ -199,7 +224,6 @@ def examples(backend, limit_per_clause: int = 1) -> dict:
     """clause -> one level-0 group the adapter gets wrong under exact, in hex."""
     from hscale.conformance.cases import Rejection
     from hscale.conformance.diagnose import diagnose, observe
-    from hscale.vectors import hexio
     convention = getattr(backend, "global_scale_convention", "multiplier")
     found: dict = {}
     for case in level0_cases():
@@ -217,18 +241,7 @@ def examples(backend, limit_per_clause: int = 1) -> dict:
         for finding in diagnose(case, observed).findings:
             if finding.clause in found or finding.group is None:
                 continue
-            r, i = finding.group
-            words = " ".join(f"{int(b):08X}" for b in np.asarray(
-                case.exact_weight()[r, 16 * i:16 * i + 16], np.float32).view(np.uint32))
-            found[finding.clause] = {
-                "case": case.id, "group": [r, i], "w": words,
-                "s_g": hexio.fp32_hex(expected.global_scale).upper(),
-                "observed_s_g": hexio.fp32_hex(np.float32(observed.global_scale)).upper(),
-                "expected": f"{int(expected.scale_bytes[r, i]):02X} "
-                            f"{expected.packed[r, 8 * i:8 * i + 8].tobytes().hex().upper()}",
-                "observed": f"{int(observed.scale_bytes[r, i]):02X} "
-                            f"{np.asarray(observed.packed)[r, 8 * i:8 * i + 8].tobytes().hex().upper()}",
-                "finding": finding.render()}
+            found[finding.clause] = hex_example(case, expected, observed, finding)
     return found
 
 
@@ -321,6 +334,33 @@ def cell(entry: dict, clause: str) -> str:
     if entry.get("format"):
         return f"not judged by format ({cited} exact)"
     return f"excused by the allowances ({cited} exact)"
+
+
+def still_rejected_block(entry: dict) -> list:
+    """What the adapter's profile still rejects with its allowances: the first finding of each
+    clause over the data sets in order, in hex."""
+    first: dict = {}
+    for data, count in entry.get("counts", {}).items():
+        for clause, example in sorted(count.get("still_examples", {}).items()):
+            first.setdefault(clause, (data, example))
+    if not first:
+        return []
+    profile = entry["profile"] + (" with its allowances" if entry.get("minimal_allowances")
+                                  else "")
+    lines = ["", f"Still rejected under {profile}: the first finding of each clause (w as "
+             "float32 bits; the reference's and the observed scale byte, then the 8 packed "
+             "bytes; the finding says what the clause expected):", "", "```"]
+    for clause, (data, ex) in sorted(first.items()):
+        if "group" in ex:
+            lines += [f"{clause} ({data}): case {ex['case']} group (r={ex['group'][0]}, "
+                      f"i={ex['group'][1]})", f"  w = {ex['w']}",
+                      f"  s_g {ex['s_g']} (observed {ex['observed_s_g']}); reference "
+                      f"{ex['expected']}; observed {ex['observed']}"]
+        else:
+            lines += [f"{clause} ({data}): case {ex['case']} (the tensor)",
+                      f"  s_g {ex['s_g']} (observed {ex['observed_s_g']})"]
+        lines.append(f"  {ex['finding'][:300]}")
+    return lines + ["```"]
 
 
 def render(results: dict) -> str:
@@ -423,6 +463,7 @@ def render(results: dict) -> str:
                           f"{ex['expected']}; observed {ex['observed']}",
                           f"  {ex['finding'][:300]}"]
             lines += ["```"]
+        lines += still_rejected_block(e)
         lines.append("")
     lines += ["## Not run", ""]
     for e in entries:

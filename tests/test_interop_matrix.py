@@ -1,0 +1,42 @@
+"""``hscale interop``'s counting (``hscale.interop.judge``) and the hex it shows for what a
+profile still rejects, on a planted mutant of the reference (no library needed)."""
+
+from __future__ import annotations
+
+from hscale import interop
+from hscale.conformance.mutants import negative_zero
+
+
+def nibble(packed_hex: str, j: int) -> int:
+    """Element j's code from 8 packed bytes in hex (element 2i in the low nibble)."""
+    byte = int(packed_hex[2 * (j // 2):2 * (j // 2) + 2], 16)
+    return byte & 0xF if j % 2 == 0 else byte >> 4
+
+
+def test_still_rejected_findings_come_with_their_group_in_hex():
+    backend = negative_zero()
+    cases = interop.level0_cases()
+    exact = interop.judge(backend, cases, "exact", ())
+    assert set(exact["still_failing"]) == {"NVFP4-E2M1-3"}
+    example = exact["still_examples"]["NVFP4-E2M1-3"]
+    words = example["w"].split()
+    assert len(words) == 16
+    reference_byte, reference_packed = example["expected"].split()
+    observed_byte, observed_packed = example["observed"].split()
+    assert reference_byte == observed_byte  # the mutant picks the reference's byte
+    differ = [j for j in range(16)
+              if nibble(reference_packed, j) != nibble(observed_packed, j)]
+    assert differ, example
+    for j in differ:  # a negative weight rounding to zero: its code keeps the sign bit
+        assert (nibble(reference_packed, j), nibble(observed_packed, j)) == (0x8, 0x0)
+        assert int(words[j], 16) & 0x80000000
+    assert f"element j={differ[0]}" in example["finding"]
+    block = "\n".join(interop.still_rejected_block(
+        {"profile": "exact", "counts": {"level-0 vectors": exact}}))
+    assert f"NVFP4-E2M1-3 (level-0 vectors): case {example['case']}" in block
+    assert example["w"] in block
+
+    forgiven = interop.judge(backend, cases, "faithful", ("negative-zero",))
+    assert forgiven["still_failing"] == {} and forgiven["still_examples"] == {}
+    assert forgiven["allowance_uses"]["negative-zero"] > 0
+    assert interop.still_rejected_block({"profile": "faithful", "counts": {"x": forgiven}}) == []
