@@ -249,13 +249,14 @@ class TorchQuantizer(Quantizer):
 
     def _abs_t(self, w, groups):
         """|w| as float64 (16, G) in the thread's buffer; kept for the block, whose 4over6
-        choice and search both need it."""
-        key = (np.asarray(groups).__array_interface__["data"][0], np.shape(groups))
+        choice and search both get the same groups array. The cache is keyed by that array's
+        identity, and holds it: a key of address and shape would match a later block's array
+        allocated where a freed one was (blocks with the same number of zero groups did so)."""
         G = w.shape[0]
         aw_t = self._buffers().get("aw", GROUP * G).view(GROUP, G)
-        if getattr(self.local, "aw_key", None) != key:
+        if getattr(self.local, "aw_groups", None) is not groups:
             aw_t.copy_(w.t()).abs_()
-            self.local.aw_key = key
+            self.local.aw_groups = groups
         return aw_t
 
     def _h_columns(self, h, groups, G):

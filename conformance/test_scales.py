@@ -176,6 +176,23 @@ def test_zero_groups(checker, method, init, dtype):
                        want[r, sl], codes[r, sl], case, "flat")
 
 
+@pytest.mark.clause("NVFP4-ZERO-1")
+@pytest.mark.parametrize("method", ["scale-only", "hscale"])
+@pytest.mark.parametrize("init", ["maxabs", "4over6"])
+def test_a_zero_group_in_every_row_of_a_large_layer(checker, method, init):
+    """8,192 groups, one zero group per row: whatever blocks a backend cuts the layer into, each
+    holds zero groups, usually as many as the next. Every non-zero group must still be searched
+    with its own weights (a backend once reused the previous block's there)."""
+    rng = np.random.default_rng(31)
+    w = rng.standard_normal((512, 256)).astype(np.float32)
+    for r in range(512):
+        g = (r * 5) % 16
+        w[r, 16 * g:16 * g + 16] = 0.0
+    case = Case(w, rng.random(256), method=method, init=init,
+                title="a zero group in every row, 512 x 256")
+    checker.check(case)
+
+
 @pytest.mark.clause("NVFP4-ZERO-1", "NVFP4-GS-2")
 @pytest.mark.parametrize("method", ALL_METHODS)
 def test_all_zero_tensor(checker, method):

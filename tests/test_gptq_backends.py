@@ -155,6 +155,24 @@ def test_gptq_with_the_backend_group_step_equals_the_reference(backend, options)
     assert got.global_scale == expected.global_scale
 
 
+@pytest.mark.clause("HSCALE-GPTQ-1")
+def test_gptq_with_a_zero_group_in_every_group_column(backend):
+    """Every group column has one zero row-group, so each group step selects from a fresh array
+    of live groups of one shape (the case a cache keyed by address once got wrong)."""
+    W, H = gptq_layer(seed=6, rows=40, cols=128)
+    for g in range(8):
+        W[g, 16 * g:16 * g + 16] = 0.0
+        W[8 + g, 16 * g:16 * g + 16] = 0.0
+    X_dead = np.diag(H) == 0
+    assert X_dead.any()
+    for static in (False, True):
+        expected = gptq_quantize(W, H, method="hscale", init="4over6", static_groups=static)
+        got = gptq_quantize(W, H, method="hscale", init="4over6", static_groups=static,
+                            group_quantizer=backend.group_quantizer())
+        assert np.array_equal(expected.scale_bytes, got.scale_bytes), static
+        assert np.array_equal(expected.codes, got.codes), static
+
+
 def test_quantize_weight_gptq_uses_the_backend_group_step(monkeypatch):
     """``hscale quantize --pipeline gptq --backend torch`` chooses the groups' bytes in torch
     (the kernel's wide form is called), with the reference's result."""
