@@ -474,6 +474,31 @@ def render(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def chosen_adapters(text: str | None) -> list:
+    """The adapters ``--adapters`` names: labels or module:factory specs, comma-separated. A
+    label may hold a comma itself ("torchao, single level"): the longest run of pieces that
+    names an adapter is taken."""
+    if text is None:
+        return list(ADAPTERS)
+    known = {a.label: a for a in ADAPTERS} | {a.spec: a for a in ADAPTERS}
+    pieces = [p.strip() for p in text.split(",")]
+    chosen, unknown, i = set(), [], 0
+    while i < len(pieces):
+        for j in range(len(pieces), i, -1):
+            if ", ".join(pieces[i:j]) in known:
+                chosen.add(known[", ".join(pieces[i:j])].label)
+                i = j
+                break
+        else:
+            if pieces[i]:
+                unknown.append(pieces[i])
+            i += 1
+    if unknown or not chosen:
+        raise ValueError(f"no adapter {', '.join(repr(u) for u in unknown) or 'named'}; known: "
+                         f"{'; '.join(a.label for a in ADAPTERS)}")
+    return [a for a in ADAPTERS if a.label in chosen]
+
+
 def main(argv=None) -> int:
     from hscale.cli import CommandParser  # one-line argument errors, exit 2
     parser = CommandParser(
@@ -498,12 +523,10 @@ def main(argv=None) -> int:
         print(f"hscale interop: --results {results_path}: unreadable ({exc})", file=sys.stderr)
         return 2
     if not args.render:
-        wanted = None if args.adapters is None else set(args.adapters.split(","))
-        chosen = [a for a in ADAPTERS
-                  if wanted is None or a.label in wanted or a.spec in wanted]
-        if not chosen:
-            print(f"hscale interop: --adapters {args.adapters}: no such adapter; known: "
-                  f"{', '.join(a.label for a in ADAPTERS)}", file=sys.stderr)
+        try:
+            chosen = chosen_adapters(args.adapters)
+        except ValueError as exc:
+            print(f"hscale interop: --adapters {args.adapters}: {exc}", file=sys.stderr)
             return 2
         for adapter in chosen:
             entry = measure(adapter, full=not args.quick, earlier=results.get(adapter.label),

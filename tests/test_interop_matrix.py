@@ -40,3 +40,25 @@ def test_still_rejected_findings_come_with_their_group_in_hex():
     assert forgiven["still_failing"] == {} and forgiven["still_examples"] == {}
     assert forgiven["allowance_uses"]["negative-zero"] > 0
     assert interop.still_rejected_block({"profile": "faithful", "counts": {"x": forgiven}}) == []
+
+
+def test_adapters_are_chosen_by_label_even_with_a_comma_in_it():
+    def labels(text):
+        return [a.label for a in interop.chosen_adapters(text)]
+    assert labels("torchao, single level,compressed-tensors") == [
+        "torchao, single level", "compressed-tensors"]
+    assert labels("torchao,torchao, single level") == ["torchao", "torchao, single level"]
+    assert labels(" ModelOpt , llm-compressor MSE") == ["llm-compressor MSE", "ModelOpt"]
+    assert labels("torchao_nvfp4:create_single_level") == ["torchao, single level"]
+
+
+def test_an_unknown_adapter_is_one_line_and_exit_2(tmp_path):
+    import subprocess
+    import sys
+    results, docs = tmp_path / "r.json", tmp_path / "d.md"
+    run = subprocess.run([sys.executable, "-m", "hscale.cli", "interop", "--adapters",
+                          "torchao,nope", "--results", str(results), "--docs", str(docs)],
+                         capture_output=True, text=True)
+    assert run.returncode == 2
+    assert run.stderr.count("\n") == 1 and "no adapter 'nope'" in run.stderr
+    assert not results.exists() and not docs.exists()
