@@ -248,71 +248,67 @@ def head_to_head(model, progress=True, skip=()) -> dict:
         .dequantize()),
         BASELINE_ROW: measure(
         lambda m, w: quantize(w, method="rtn", global_scale=scales[m]).dequantize())}
-    for name, module_name, factory, library, init in COMPETITORS:
-        if name in skip:
-            continue
+    def competitor_row(library, prepare) -> dict:
+        """A competitor's row: not run where ``library`` cannot be imported or ``prepare()``
+        returns why not (a str); else ``prepare()`` returns ``(run, version)`` and ``run`` is
+        measured. A library's own failure is a finding for its row, not a crash."""
         try:
             importlib.import_module(library)
         except ImportError:
-            rows[name] = {"ran": False, "reason": f"{library} is not installed here"}
-            continue
+            return {"ran": False, "reason": f"{library} is not installed here"}
+        try:
+            prepared = prepare()
+            if isinstance(prepared, str):
+                return {"ran": False, "reason": prepared}
+            run, version = prepared
+            return dict(measure(run), version=version)
+        except Exception as error:  # noqa: BLE001
+            return {"ran": False, "reason": f"{type(error).__name__}: {error}"[:300]}
+
+    warm = np.ones((1, 16), np.float32)  # imports and first-call set-up, not timed
+
+    def adapter_run(module_name, factory, init):
         adapter = getattr(importlib.import_module(f"hscale.backends.interop.{module_name}"),
                           factory)()
         ok, why = adapter.available()
         if not ok:
-            rows[name] = {"ran": False, "reason": why}
-            continue
-        try:
-            warm = np.ones((1, 16), np.float32)  # imports and first-call set-up, not timed
-            adapter.quantize(warm, None, method="rtn", init=init,
-                             global_scale=np.float32(1 / 2688))
-            rows[name] = measure(lambda m, w: library_dequantized(
-                adapter, adapter.quantize(w, None, method="rtn", init=init,
-                                          global_scale=scales[m])))
-            version = adapter.version
-            rows[name]["version"] = str(version() if callable(version) else version)
-        except Exception as error:  # a library's own failure is a finding, not a crash
-            rows[name] = {"ran": False, "reason": f"{type(error).__name__}: {error}"[:300]}
-    for name, library, function in FUNCTIONS:
-        if name in skip:
-            continue
-        try:
-            importlib.import_module(library)
-        except ImportError:
-            rows[name] = {"ran": False, "reason": f"{library} is not installed here"}
-            continue
-        try:
-            warm = np.ones((1, 16), np.float32)
-            function(warm, np.float32(1 / 2688), np.ones(16))
-            rows[name] = measure(lambda m, w: function(w, scales[m],
-                                                       np.diag(model.G[m]).copy()))
-            rows[name]["version"] = (f"{library} "
-                                     f"{getattr(importlib.import_module(library), '__version__', '')}")
-        except Exception as error:
-            rows[name] = {"ran": False, "reason": f"{type(error).__name__}: {error}"[:300]}
-    for name in MODELOPT_CALIBRATORS:
-        if name in skip:
-            continue
-        try:
-            from hscale.backends.interop import modelopt_calibrators as calibrators
-        except ImportError as error:
-            rows[name] = {"ran": False, "reason": f"modelopt is not installed here ({error})"}
-            continue
+            return why
+        adapter.quantize(warm, None, method="rtn", init=init, global_scale=np.float32(1 / 2688))
+        version = adapter.version
+        return (lambda m, w: library_dequantized(adapter, adapter.quantize(
+            w, None, method="rtn", init=init, global_scale=scales[m])),
+            str(version() if callable(version) else version))
+
+    def function_run(library, function):
+        function(warm, np.float32(1 / 2688), np.ones(16))
+        version = getattr(importlib.import_module(library), "__version__", "")
+        return (lambda m, w: function(w, scales[m], np.diag(model.G[m]).copy()),
+                f"{library} {version}")
+
+    def modelopt_run(name):
+        from hscale.backends.interop import modelopt_calibrators as calibrators
+        from hscale.backends.interop.common import dist_version
         ok, why = calibrators.available(name)
         if not ok:
-            rows[name] = {"ran": False, "reason": why}
-            continue
-        try:
+            return why
+
+        def run(m, w):
             with warnings.catch_warnings():
                 # ModelOpt takes max|W| / 2688 as s_g itself (a fused set's shared s_g cannot
                 # be handed in); the module's docstring says so, the warning would repeat it
                 warnings.simplefilter("ignore")
-                rows[name] = measure(lambda m, w: calibrators.dequantized(
-                    w, scales[m], model.G[m], name))
-            from hscale.backends.interop.common import dist_version
-            rows[name]["version"] = dist_version("nvidia-modelopt")
-        except Exception as error:
-            rows[name] = {"ran": False, "reason": f"{type(error).__name__}: {error}"[:300]}
+                return calibrators.dequantized(w, scales[m], model.G[m], name)
+        return run, dist_version("nvidia-modelopt")
+
+    wanted = [(name, library, lambda m=m, f=f, i=i: adapter_run(m, f, i))
+              for name, m, f, library, i in COMPETITORS]
+    wanted += [(name, library, lambda lib=library, fn=fn: function_run(lib, fn))
+               for name, library, fn in FUNCTIONS]
+    wanted += [(name, "modelopt", lambda n=name: modelopt_run(n))
+               for name in MODELOPT_CALIBRATORS]
+    for name, library, prepare in wanted:
+        if name not in skip:
+            rows[name] = competitor_row(library, prepare)
     return rows
 
 
