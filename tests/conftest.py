@@ -1,5 +1,5 @@
-"""Fixtures shared by the checkpoint tests: the seeded tiny decoder on disk and its RTN
-checkpoints in both layouts, built once per session."""
+"""Fixtures shared by the tests: the seeded tiny decoder on disk and its RTN checkpoints in both
+layouts, built once per session; a built-in backend, or a skip saying why it cannot run."""
 
 from __future__ import annotations
 
@@ -25,3 +25,18 @@ def checkpoints(tiny, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("checkpoints")
     return {fmt: quantized(tiny, out / fmt, format=fmt)
             for fmt in ("compressed-tensors", "modelopt")}
+
+
+@pytest.fixture(scope="session")
+def runnable_backend():
+    """``runnable_backend(name)``: the built-in backend, or a skip with its reason (the CUDA
+    backends on a machine without a CUDA device)."""
+    from hscale.backends import get
+
+    def backend_here(name):
+        backend = get(name)
+        ok, why = backend.available()
+        if not ok:
+            pytest.skip(f"{name} needs a CUDA device to run: {why}")
+        return backend
+    return backend_here

@@ -66,13 +66,9 @@ def torch_backend():
 
 
 @pytest.fixture(scope="module", params=["torch", "torch-cuda", "cupy"])
-def fast_backend(request):
+def fast_backend(request, runnable_backend):
     """Each fast backend; the CUDA ones skip where they cannot run, saying why (no device)."""
-    backend = get(request.param)
-    ok, why = backend.available()
-    if not ok:
-        pytest.skip(f"{request.param} needs a CUDA device to run: {why}")
-    return backend
+    return runnable_backend(request.param)
 
 
 COMBOS = [(m, i) for m in ("rtn", "scale-only", "hscale") for i in ("maxabs", "4over6")]
@@ -310,12 +306,9 @@ def test_cupy_device_entry_checks_like_the_reference():
                      got.to_host(quantizer.runtime), "on-device entry, codes unpacked")
 
 
-def test_cupy_on_device_equals_reference():
+def test_cupy_on_device_equals_reference(runnable_backend):
     """On a GPU: the weight as a CuPy array in, the result on the device, the same bits."""
-    backend = get("cupy")
-    ok, why = backend.available()
-    if not ok:
-        pytest.skip(f"cupy needs a CUDA device to run: {why}")
+    backend = runnable_backend("cupy")
     import cupy
     for seed in (1, 2):
         w, h = layer(seed)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hscale.backends import get
 from hscale.reference import SCALE_BYTE_VALUES, Quantizer, gptq_quantize
 from hscale.reference.e2m1 import E2M1_MAGNITUDES, E2M1_MIDPOINTS
 from hscale.reference.objective import UNIT_WEIGHTS
@@ -25,12 +24,8 @@ ALL_BYTES = np.arange(1, 127, dtype=np.uint8)  # every positive E4M3 scale byte
 
 
 @pytest.fixture(scope="module", params=["torch", "torch-cuda"])
-def backend(request):
-    backend = get(request.param)
-    ok, why = backend.available()
-    if not ok:
-        pytest.skip(f"{request.param} needs a CUDA device to run: {why}")
-    return backend
+def backend(request, runnable_backend):
+    return runnable_backend(request.param)
 
 
 def nudged(value: np.ndarray, ulps: np.ndarray) -> np.ndarray:
