@@ -138,7 +138,7 @@ def judge(backend, cases, profile: str, allowances) -> dict:
     totals = Counter()
     uses = Counter()
     still = Counter()
-    still_examples: dict = {}  # clause -> the first finding of it, in hex
+    still_examples: dict = {}  # clause -> its first finding (a group's if any), in hex
     for case in cases:
         if isinstance(case.expected, Rejection):
             continue
@@ -167,7 +167,9 @@ def judge(backend, cases, profile: str, allowances) -> dict:
         uses.update(relaxed.allowance_uses)
         for finding in relaxed.findings:
             still[finding.clause] += 1
-            if finding.clause not in still_examples:
+            shown = still_examples.get(finding.clause)
+            # the first finding of the clause, a group's rather than a whole tensor's
+            if shown is None or ("group" not in shown and finding.group is not None):
                 still_examples[finding.clause] = hex_example(case, expected, observed, finding)
     return {"totals": dict(totals), "allowance_uses": dict(uses),
             "still_failing": dict(still), "still_examples": still_examples}
@@ -220,29 +222,11 @@ def minilm_cases():
             for name in architecture_linears(directory) if f"{name}.weight" in source.info]
 
 
-def examples(backend, limit_per_clause: int = 1) -> dict:
+def examples(backend) -> dict:
     """clause -> one level-0 group the adapter gets wrong under exact, in hex."""
-    from hscale.conformance.cases import Rejection
-    from hscale.conformance.diagnose import diagnose, observe
-    convention = getattr(backend, "global_scale_convention", "multiplier")
-    found: dict = {}
-    for case in level0_cases():
-        if isinstance(case.expected, Rejection):
-            continue
-        case = rtn_case(case, backend)
-        (weight, h), options = case.call_args()
-        try:
-            observed, _ = observe(backend.quantize(weight, h, **options), case, convention)
-        except Exception:  # noqa: BLE001
-            continue
-        if observed is None:
-            continue
-        expected = case.expected_outputs()
-        for finding in diagnose(case, observed).findings:
-            if finding.clause in found or finding.group is None:
-                continue
-            found[finding.clause] = hex_example(case, expected, observed, finding)
-    return found
+    level0 = judge(backend, level0_cases(), "exact", ())
+    return {clause: example for clause, example in level0["still_examples"].items()
+            if "group" in example}
 
 
 # --------------------------------------------------------------------------------------------
