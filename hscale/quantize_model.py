@@ -174,10 +174,9 @@ def model_directory(request: QuantizeRequest) -> Path:
     return directory
 
 
-def architecture_linears(directory: Path) -> dict[str, tuple[int, int]]:
-    """{module name: (out, in)} of every nn.Linear of the model's architecture, built on the
-    meta device from its config (no weights read)."""
-    import torch
+def architecture(directory) -> tuple:
+    """``(model class, config)`` of a model directory: the transformers class its config.json
+    names in ``architectures``."""
     import transformers
     from hscale.models import _quiet_transformers
     with _quiet_transformers():
@@ -187,6 +186,15 @@ def architecture_linears(directory: Path) -> dict[str, tuple[int, int]]:
     if cls is None:
         raise ValueError(f"{directory}/config.json: architecture {names or '(none)'} is not one "
                          f"that the installed transformers {transformers.__version__} knows")
+    return cls, config
+
+
+def architecture_linears(directory: Path) -> dict[str, tuple[int, int]]:
+    """{module name: (out, in)} of every nn.Linear of the model's architecture, built on the
+    meta device from its config (no weights read)."""
+    import torch
+    from hscale.models import _quiet_transformers
+    cls, config = architecture(directory)
     with torch.device("meta"), _quiet_transformers():
         model = cls(config)
     return {name: (module.out_features, module.in_features)
@@ -287,10 +295,8 @@ def calibrate(directory: Path, modules: list[str], request: QuantizeRequest, ful
     from hscale.calibration import collect_hessian, collect_hessian_diag, text_batches
     from hscale.models import _quiet_transformers
     texts = calibration_texts(request) if texts is None else texts
+    cls, _ = architecture(directory)
     with _quiet_transformers():
-        config = transformers.AutoConfig.from_pretrained(directory)
-        cls = next(getattr(transformers, n) for n in config.architectures
-                   if hasattr(transformers, n))
         try:
             tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
         except Exception as exc:  # noqa: BLE001 - any failure: the directory has no tokenizer
@@ -575,11 +581,9 @@ class EmbeddingProbe:
         import transformers
         from hscale.models import _quiet_transformers
         self.texts = list(texts)
+        self.model_class, _ = architecture(source_dir)
         with _quiet_transformers():
             self.tokenizer = transformers.AutoTokenizer.from_pretrained(source_dir)
-            config = transformers.AutoConfig.from_pretrained(source_dir)
-            self.model_class = next(getattr(transformers, n) for n in config.architectures
-                                    if hasattr(transformers, n))
             self.model = self.model_class.from_pretrained(source_dir).eval()
         self.base = self.embeddings(self.model)
 
