@@ -13,7 +13,7 @@ A backend is any object with
   the signature of ``hscale.reference.quantize``. It returns the reference's
   ``QuantizedWeight``, or any object with ``scale_bytes`` (uint8 (m, n/16)), ``global_scale``
   and ``packed`` (uint8 (m, n/2)) or ``codes`` (uint8 (m, n)); ``delta`` or ``initial_bytes``
-  where it has a search. The rest is derived (``hscale.conformance.diagnose.observe``);
+  where it has a search. The rest is derived (``hscale.judge.diagnose.observe``);
 - optionally ``global_scale_convention``: ``"multiplier"`` (default: the dequantization
   multiplier s_g) or ``"reciprocal"`` (the ``6C/amax`` a checkpoint stores, NVFP4-GS-4);
 - optionally ``group_quantizer()``: an ``hscale.reference.Quantizer`` that GPTQ uses to choose

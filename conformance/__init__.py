@@ -1,15 +1,14 @@
 """The H-Scale NVFP4 conformance suite: ``pytest conformance --backend NAME``.
 
-See docs/conformance.md. The modules here are the suite's machinery:
+See docs/conformance.md. The suite judges through the judging library (``hscale.judge``:
+the case model, the diagnoser, the profiles, the clause registry); the modules here are
+the suite's own:
 
-- ``clauses``: the clause IDs of docs/spec.md, and the allowances of the faithful profile;
-- ``independent``: a second, vectorised statement of the spec, written only to *check* results
-  (the exact certificate and the faithful certificate);
-- ``oracle``: an exact-arithmetic oracle with ``fractions.Fraction`` for small cases;
-- ``compare``: the one comparison helper every test uses (reference comparison under the
-  ``exact`` profile, certificate under ``faithful``) and its spec-speaking failure messages;
+- ``conftest``: the pytest plugin (options, backends, the JSON report);
+- ``checker``: how a test runs one case on the backend under test and fails with the
+  diagnoser's findings;
 - ``strategies``: Hypothesis strategies, a weighted mix in the manner of TestFloat;
-- ``builders``: exact constructions for the hand-written tests;
 - ``mutants``: deliberately wrong backends that the suite must reject (its teeth);
-- ``selftest``: running the suite on mutants and adapters in subprocesses.
+- ``selftest``: running the suite on mutants and adapters in subprocesses;
+- ``test_*``: the tests, each marked with the clauses it checks.
 """

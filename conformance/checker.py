@@ -1,6 +1,6 @@
 """How a suite test runs one case on the backend under test and judges it.
 
-Every test builds a :class:`~hscale.conformance.cases.Case` and hands it to
+Every test builds a :class:`~hscale.judge.cases.Case` and hands it to
 :meth:`Checker.check`, which
 
 1. skips, with a reason naming the capability, when the backend does not declare the method or
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from .cases import Case
-from .diagnose import GROUP, diagnose, observe
-from .profiles import EXACT
+from hscale.judge.cases import Case
+from hscale.judge.diagnose import GROUP, diagnose, observe
+from hscale.judge.profiles import EXACT
 
 #: Modules whose backends speak this project's error messages (NVFP4-IN-*).
 OWN_BACKEND_MODULES = ("hscale.backends.", "hscale.conformance.mutants", "conformance.mutants")

@@ -38,8 +38,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 from hscale.conformance.checker import Checker, Tally
-from hscale.conformance.clauses import SUITE_PREFIX, cited_clauses, clause_ids, is_known
-from hscale.conformance.profiles import ALLOWANCES, EXACT, PROFILES, check_profile
+from hscale.judge.clauses import SUITE_PREFIX, cited_clauses, clause_ids, is_known
+from hscale.judge.profiles import ALLOWANCES, EXACT, PROFILES, check_profile
 
 # ------------------------------------------------------------------------------------------
 # Hypothesis profiles

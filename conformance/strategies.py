@@ -31,9 +31,9 @@ import ml_dtypes
 import numpy as np
 from hypothesis import strategies as st
 
-from .builders import BF16, F16, F32, L
-from .cases import Case
-from .independent import GROUP, MAGNITUDES, MIDPOINTS
+from hscale.judge.builders import BF16, F16, F32, L
+from hscale.judge.cases import Case
+from hscale.judge.independent import GROUP, MAGNITUDES, MIDPOINTS
 
 DTYPE_CHOICES = [F32, F32, F32, F16, BF16]
 _UINT = {2: np.uint16, 4: np.uint32}

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hscale.conformance.builders import DTYPES, F16, F32, L, exact, group_at, step, tie_code
-from hscale.conformance.cases import Case
-from hscale.conformance.independent import GROUP, MAGNITUDES, MIDPOINTS, SCALE_VALUES
+from hscale.judge.builders import DTYPES, F16, F32, L, exact, group_at, step, tie_code
+from hscale.judge.cases import Case
+from hscale.judge.independent import GROUP, MAGNITUDES, MIDPOINTS, SCALE_VALUES
 
 # (byte, s_g): normal and subnormal bytes, the ladder's top, power-of-two and 3-bit s_g.
 SCALES = [(0x38, 1.0), (0x3D, 2.0 ** -6), (0x01, 1.0), (0x05, 0.75), (0x7E, 2.0 ** -10),
@@ -145,7 +145,7 @@ def test_group_maxima_near_e4m3_midpoints_with_a_full_precision_global_scale(che
     amax nearest to it gives an exact quotient within about 2^-24 of the midpoint. The spec
     rounds that exact quotient; a quotient divided in fp32 can land on the midpoint and round to
     even instead (the fp32-scale-rounding divergence)."""
-    from hscale.conformance.independent import range_byte
+    from hscale.judge.independent import range_byte
     rng = np.random.default_rng(seed)
     sg = float(np.float32((1 + rng.integers(1, 2 ** 23) / 2 ** 23) * 2.0 ** -8))
     rows = []

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hscale.conformance.cases import Case
+from hscale.judge.cases import Case
 from hscale.conformance.checker import is_reference_backend
-from hscale.conformance.profiles import EXACT
+from hscale.judge.profiles import EXACT
 
 CONFIGS = {
     "rtn": dict(method="rtn"),
@@ -62,7 +62,7 @@ def _run_layers(checker, zoo, model_key, config, layers, configs=CONFIGS):
 
 def _certify_references(zoo, model_key, opts, config, layers):
     """Independent exact certificate of the cached reference results, once per session."""
-    from hscale.conformance.diagnose import certify
+    from hscale.judge.diagnose import certify
     failures = []
     for name, weight, h in layers:
         case = Case(weight, h, title=f"{model_key} layer {name} ({config}), reference", **opts)

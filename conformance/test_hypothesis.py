@@ -11,9 +11,9 @@ import pytest
 from hypothesis import assume, event, given
 from hypothesis import strategies as st
 
-from hscale.conformance import independent, oracle
-from hscale.conformance.cases import Case
-from hscale.conformance.profiles import EXACT
+from hscale.judge import independent, oracle
+from hscale.judge.cases import Case
+from hscale.judge.profiles import EXACT
 from hscale.conformance.strategies import cases, to_dtype
 
 GROUP = 16

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hscale.conformance.clauses import (CLAUSE_RE, SUITE_PREFIX, clause_ids, registry,
+from hscale.judge.clauses import (CLAUSE_RE, SUITE_PREFIX, clause_ids, registry,
                                         spec_text)
-from hscale.conformance.profiles import ALLOWANCES
+from hscale.judge.profiles import ALLOWANCES
 from hscale.vectors.catalogue import level0_cases
 
 from .conftest import STATE_KEY

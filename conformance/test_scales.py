@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hscale.conformance.builders import DTYPES, F16, F32, L, exact
-from hscale.conformance.cases import Case
-from hscale.conformance.independent import expected_global_scale
+from hscale.judge.builders import DTYPES, F16, F32, L, exact
+from hscale.judge.cases import Case
+from hscale.judge.independent import expected_global_scale
 
 ALL_METHODS = ["rtn", "scale-only", "hscale"]
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hscale.conformance.builders import L, exact, group_at
-from hscale.conformance.cases import Case
-from hscale.conformance.profiles import EXACT
-from hscale.conformance.independent import GROUP, MAGNITUDES
+from hscale.judge.builders import L, exact, group_at
+from hscale.judge.cases import Case
+from hscale.judge.profiles import EXACT
+from hscale.judge.independent import GROUP, MAGNITUDES
 
 # -- HSCALE-WIN-1 ----------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from hscale.conformance.cases import Rejection
+from hscale.judge.cases import Rejection
 from hscale.vectors import load_vectors
 from hscale.vectors.cli import DEFAULT_LEVEL0_DIR
 

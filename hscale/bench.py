@@ -59,8 +59,8 @@ def make_layer(rows: int, cols: int, seed: int = 0):
 
 def identical(expected, got) -> str | None:
     """None if ``got`` equals ``expected`` bit for bit, else what differs first."""
-    from hscale.conformance.cases import fp32_hex
-    from hscale.conformance.findings import plural
+    from hscale.judge.cases import fp32_hex
+    from hscale.judge.findings import plural
 
     for name in FIELDS:
         e, g = getattr(expected, name), getattr(got, name)
@@ -191,7 +191,7 @@ def run(rows=4096, cols=4096, backends=("torch",), methods=("rtn", "hscale"), re
     """Time the reference and ``backends`` on one layer; return a list of result dicts.
     ``out``: where the report goes (default: sys.stdout when called); ``progress(text)``, if
     given, is told each step before it starts."""
-    from hscale.conformance.findings import plural
+    from hscale.judge.findings import plural
     from hscale.reference import quantize as reference_quantize
 
     out = out or sys.stdout

@@ -15,7 +15,7 @@ Two depths (docs/checkpoints.md, "Checking a checkpoint"):
   (0x7E) scale bytes, dead groups (every element decodes to zero), all-zero rows.
 * **With the original weights** (``--original``, and ``--hessian`` for h): every layer is
   re-derived by the spec at the global scale its file implies (a pipeline's own s_g,
-  NVFP4-GS-3) and classified by the one diagnoser (``hscale.conformance.diagnose``): *exact*
+  NVFP4-GS-3) and classified by the one diagnoser (``hscale.judge.diagnose``): *exact*
   (byte for byte the reference's RTN, or H-Scale / scale-only / 4over6 when those reproduce
   it), else *faithful* (the suite's certificate, with the allowances of docs/spec.md section 7
   it needed, tried with none, then all, then only those used, as ``hscale interop`` does), else
@@ -43,7 +43,7 @@ from hscale.checkpoint import (GLOBAL_SHAPES, GROUP, MODELOPT_CONFIG, ROLE_DTYPE
                                CheckpointError, SafetensorsModel, implied_global_scale,
                                open_checkpoint, quantized_tensor_names,
                                writable_global_scale)
-from hscale.conformance.findings import Finding, plural
+from hscale.judge.findings import Finding, plural
 
 REPORT_VERSION = 1
 #: Up to this many layers the table lists every layer; above, only those with findings.
@@ -626,7 +626,7 @@ def classify_layer(layer: LayerResult, arrays: dict, source: SafetensorsModel, h
     cases = {}  # (method, init) -> Case, each computing the reference's result once
 
     def case_of(method, init, ceiling):
-        from hscale.conformance.cases import Case
+        from hscale.judge.cases import Case
         key = (method, init)
         if key not in cases:
             cases[key] = Case(weight=weight, hessian_diag=h if method == "hscale" else None,
@@ -693,8 +693,8 @@ def _exact_recipe(layer, arrays, observed_bits, recipes, case_of):
     """The first recipe whose reference result is the stored one byte for byte, confirmed by
     the exact profile of the one diagnoser; None if none is. A searched method is tried only
     where every stored byte lies in the window of its init's RTN byte (else it cannot be it)."""
-    from hscale.conformance.cases import Rejection
-    from hscale.conformance.diagnose import diagnose, observe
+    from hscale.judge.cases import Rejection
+    from hscale.judge.diagnose import diagnose, observe
     stored_bytes = arrays["scale_bytes"].astype(np.int16)
     for method, init, ceiling in recipes:
         if method != "rtn":
@@ -725,9 +725,9 @@ def _certify(layer, arrays, observed_bits, recipes, case_of) -> None:
     allowance, then all, then only those used; else the findings of the format profile with
     every allowance (what is wrong whatever the layer's scale rule), preceded by what explains
     them where something does (swapped nibbles, a swizzled scale tensor)."""
-    from hscale.conformance.cases import Rejection
-    from hscale.conformance.diagnose import diagnose, observe
-    from hscale.conformance.profiles import ALLOWANCES, FAITHFUL, FORMAT
+    from hscale.judge.cases import Rejection
+    from hscale.judge.diagnose import diagnose, observe
+    from hscale.judge.profiles import ALLOWANCES, FAITHFUL, FORMAT
 
     def certified(case, profile):
         """(the diagnosis that certifies the layer, None) or (None, the findings with every
@@ -796,8 +796,8 @@ def _explanations(layer, arrays, observed_bits, recipes, case_of) -> list:
     own diagnosis when the scale bytes are a recipe's and only the packing differs (swapped
     nibbles, NVFP4-PACK-1), and scale bytes that are a recipe's in the swizzled 128x4 layout
     (NVFP4-PACK-3)."""
-    from hscale.conformance.cases import Rejection
-    from hscale.conformance.diagnose import diagnose, observe
+    from hscale.judge.cases import Rejection
+    from hscale.judge.diagnose import diagnose, observe
     from hscale.reference import unswizzle_scale_bytes
     from hscale.reference.packing import swizzled_size
     rows, scale_cols = arrays["scale_bytes"].shape
@@ -838,7 +838,7 @@ def _tensor_of(layer: LayerResult, clause: str) -> str:
 def _quality(layer, weight, arrays, rtn, h, H) -> None:
     """Weight MSE, and with h the diagonal proxy sum_j h_j dW_ij^2 (and Tr(dW H dW^T) with H),
     each beside RTN's at the same s_g (``layer_quality``), and the shifts from RTN's bytes."""
-    from hscale.conformance.cases import Rejection
+    from hscale.judge.cases import Rejection
     from hscale.quantize_model import layer_quality
     if isinstance(rtn, Rejection):
         return

@@ -132,8 +132,8 @@ def judge(backend, cases, profile: str, allowances) -> dict:
     from the reference's, and tensors whose s_g does (each of their groups then decodes to other
     values); the allowances the faithful or format certificate used (counted) and what it still
     rejects (findings by clause); the calls the library failed."""
-    from hscale.conformance.cases import Rejection
-    from hscale.conformance.diagnose import diagnose, observe
+    from hscale.judge.cases import Rejection
+    from hscale.judge.diagnose import diagnose, observe
     convention = getattr(backend, "global_scale_convention", "multiplier")
     totals = Counter()
     uses = Counter()
@@ -212,7 +212,7 @@ def level2_set():
 
 def minilm_cases():
     from hscale.checkpoint import SafetensorsModel
-    from hscale.conformance.cases import Case
+    from hscale.judge.cases import Case
     from hscale.models import minilm_model_dir
     from hscale.quantize_model import architecture_linears
     directory = minilm_model_dir()
@@ -238,7 +238,7 @@ def measure(adapter: Adapter, full: bool = True, out=sys.stdout, earlier: dict |
     import warnings
 
     from hscale.backends import get
-    from hscale.conformance.profiles import ALLOWANCES
+    from hscale.judge.profiles import ALLOWANCES
     backend = get(PREFIX + adapter.spec)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -300,8 +300,8 @@ def _counts(entry, backend, profile, minimal, full, log) -> dict:
 def cell(entry: dict, clause: str) -> str:
     """pass / the allowances that excuse it / fail, for one clause: counted in tests whose
     failure cites the clause (a test may cite several)."""
-    from hscale.conformance.findings import plural
-    from hscale.conformance.profiles import ALLOWANCES
+    from hscale.judge.findings import plural
+    from hscale.judge.profiles import ALLOWANCES
     ran = sum(entry["exact"]["clauses"].get(clause, {}).get(k, 0)
               for k in ("passed", "failed", "error"))
     cited = entry["exact"]["violations"].get(clause, 0)
@@ -349,7 +349,7 @@ def still_rejected_block(entry: dict) -> list:
 
 def render(results: dict) -> str:
     from hscale import __version__
-    from hscale.conformance.clauses import clause_ids
+    from hscale.judge.clauses import clause_ids
     entries = [results[a.label] for a in ADAPTERS if a.label in results]
     measured = [e for e in entries if "exact" in e]
     lines = [

@@ -5,14 +5,16 @@ implements it. There are no device branches and no fast paths here; speed lives 
 ``hscale.backends``.
 """
 
+from .constants import (DEFAULT_D, DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U, E4M3_MAX,
+                        FIRST_NORMAL_BYTE, FOUR_OVER_SIX_SCALE_CEILING, GROUP_SIZE,
+                        LADDER_FIRST_BYTE, LADDER_LAST_BYTE)
 from .dequantize import dequantize, effective_scale
 from .e2m1 import E2M1_MAGNITUDES, E2M1_MIDPOINTS, E2M1_VALUES, decode_e2m1, encode_e2m1
 from .e4m3 import E4M3_VALUES, LADDER, SCALE_BYTE_VALUES, decode_e4m3, encode_e4m3
-from .global_scale import (DEFAULT_SCALE_CEILING, FOUR_OVER_SIX_SCALE_CEILING,
-                           compute_global_scale)
+from .global_scale import compute_global_scale
 from .gptq import gptq_quantize
 from .initial_scale import four_over_six_choice, maxabs_byte, range_fitting_byte
-from .objective import GROUP_SIZE, pairwise_sum, weighted_error
+from .objective import pairwise_sum, weighted_error
 from .packing import pack_codes, swizzle_scale_bytes, unpack_codes, unswizzle_scale_bytes
 from .quantize import Options, QuantizedWeight, Quantizer, quantize
 from .search import candidate_errors, first_minimum, priority_order, reported_delta
@@ -20,7 +22,8 @@ from .window import window_bytes, window_deltas
 from .zero_groups import ZERO_GROUP_BYTE, is_zero_group, zero_group_codes
 
 __all__ = [
-    "DEFAULT_SCALE_CEILING", "E2M1_MAGNITUDES", "E2M1_MIDPOINTS", "E2M1_VALUES", "E4M3_VALUES",
+    "DEFAULT_D", "DEFAULT_K", "DEFAULT_SCALE_CEILING", "DEFAULT_U", "E4M3_MAX",
+    "FIRST_NORMAL_BYTE", "LADDER_FIRST_BYTE", "LADDER_LAST_BYTE", "E2M1_MAGNITUDES", "E2M1_MIDPOINTS", "E2M1_VALUES", "E4M3_VALUES",
     "FOUR_OVER_SIX_SCALE_CEILING", "GROUP_SIZE", "LADDER", "Options", "QuantizedWeight",
     "Quantizer", "SCALE_BYTE_VALUES", "ZERO_GROUP_BYTE", "candidate_errors",
     "compute_global_scale", "decode_e2m1", "decode_e4m3", "dequantize", "effective_scale",

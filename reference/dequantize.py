@@ -6,7 +6,7 @@ import numpy as np
 
 from .e2m1 import E2M1_VALUES
 from .e4m3 import decode_e4m3
-from .objective import GROUP_SIZE
+from .constants import GROUP_SIZE
 
 
 def effective_scale(scale_bytes, global_scale) -> np.ndarray:

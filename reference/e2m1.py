@@ -21,7 +21,7 @@ E2M1_MAGNITUDES = (
     4.0,  # 0b110  1.0 * 2^2
     6.0,  # 0b111  1.5 * 2^2  (the largest magnitude: encoding saturates here)
 )
-MAX_MAGNITUDE = 6.0
+MAX_MAGNITUDE = E2M1_MAGNITUDES[-1]
 
 # NVFP4-E2M1-2: the midpoint between magnitude code k and k + 1, for k = 0..6.
 E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)

@@ -11,17 +11,18 @@ import math
 
 import numpy as np
 
+from .constants import E4M3_MAX as MAX_FINITE  # 0x7E = 0b0_1111_110 = 1.75 * 2^8
+from .constants import LADDER_FIRST_BYTE, LADDER_LAST_BYTE
+
 EXPONENT_BIAS = 7
 MANTISSA_BITS = 3
-MAX_FINITE = 448.0  # 0x7E = 0b0_1111_110 = 1.75 * 2^8
 SMALLEST_NORMAL = 2.0 ** -6  # 0x08
 SMALLEST_SUBNORMAL = 2.0 ** -9  # 0x01
 NAN_BYTES = (0x7F, 0xFF)
 
-# NVFP4-E4M3-3: the ladder is the 126 positive finite values, bytes 0x01..0x7E. The byte is
-# its own ladder index, so a walk on the ladder is integer arithmetic on bytes.
-LADDER_FIRST_BYTE = 0x01
-LADDER_LAST_BYTE = 0x7E
+# NVFP4-E4M3-3: the ladder is the 126 positive finite values, bytes LADDER_FIRST_BYTE (0x01)
+# .. LADDER_LAST_BYTE (0x7E). The byte is its own ladder index, so a walk on the ladder is
+# integer arithmetic on bytes.
 
 
 def decode_e4m3_byte(byte: int) -> float:

@@ -12,15 +12,16 @@ from fractions import Fraction
 
 import numpy as np
 
-DEFAULT_SCALE_CEILING = 448.0  # ModelOpt, torchao, TransformerEngine
-FOUR_OVER_SIX_SCALE_CEILING = 256.0  # the 4over6 reference: leaves E4M3 headroom
+from .constants import DEFAULT_SCALE_CEILING, E4M3_MAX, FOUR_OVER_SIX_SCALE_CEILING  # noqa: F401
+from .e2m1 import MAX_MAGNITUDE
+
 FP32_SMALLEST_NORMAL = 2.0 ** -126
 FP32_MANTISSA_BITS = 23
 # The smallest real that rounds to +inf in fp32 (ties to even): 2^128 - 2^103, halfway between
 # the largest finite fp32 value and 2^128.
 FP32_OVERFLOW_THRESHOLD = Fraction(2) ** 128 - Fraction(2) ** 103
 # The largest dequantized magnitude is 6 (E2M1) * 448 (E4M3) * s_g.
-LARGEST_PRODUCT_OF_CODES = 6 * 448
+LARGEST_PRODUCT_OF_CODES = int(MAX_MAGNITUDE * E4M3_MAX)
 
 
 def fraction_to_fp32(value: Fraction) -> float:

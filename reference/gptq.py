@@ -17,8 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .e2m1 import E2M1_VALUES
-from .global_scale import DEFAULT_SCALE_CEILING
-from .objective import GROUP_SIZE
+from .constants import DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U, GROUP_SIZE
 from .quantize import (QuantizedWeight, check_arguments, encode_groups, resolve_global_scale,
                        select_scale_bytes)
 from .search import effective_scale
@@ -74,7 +73,7 @@ def sweep_order(H: np.ndarray, act_order: bool) -> np.ndarray:
     return np.argsort(-np.diag(H), kind="stable")
 
 
-def gptq_quantize(weight, hessian, *, method="hscale", init="maxabs", K=16, U=6,
+def gptq_quantize(weight, hessian, *, method="hscale", init="maxabs", K=DEFAULT_K, U=DEFAULT_U,
                   scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None,
                   damp=DEFAULT_DAMP, block_size=DEFAULT_BLOCK_SIZE, act_order=False,
                   static_groups=False, group_quantizer=None) -> QuantizedWeight:

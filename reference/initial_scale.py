@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .e4m3 import LADDER_FIRST_BYTE, encode_e4m3
+from .constants import LADDER_FIRST_BYTE
+from .e2m1 import MAX_MAGNITUDE
+from .e4m3 import encode_e4m3
 from .search import first_minimum
 
 # NVFP4-INIT-1 maps the group maximum onto the largest E2M1 magnitude; NVFP4-INIT-2 also tries 4.
-TOP_MAGNITUDE = 6.0
-FOUR_OVER_SIX_TOPS = (6.0, 4.0)  # NVFP4-INIT-2: in this order, so that a tie keeps 6
+TOP_MAGNITUDE = MAX_MAGNITUDE
+FOUR_OVER_SIX_TOPS = (MAX_MAGNITUDE, 4.0)  # NVFP4-INIT-2: in this order, so that a tie keeps 6
 
 
 def range_fitting_byte(group_amax: np.ndarray, global_scale: float, top_magnitude: float,

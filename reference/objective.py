@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .constants import GROUP_SIZE
 from .e2m1 import E2M1_VALUES
 
-GROUP_SIZE = 16
 UNIT_WEIGHTS = np.ones(GROUP_SIZE, dtype=np.float64)  # h = 1: the plain weight error
 
 

@@ -30,10 +30,11 @@ import numpy as np
 from . import validation
 from .dequantize import dequantize, effective_scale
 from .e2m1 import encode_e2m1
-from .e4m3 import LADDER_FIRST_BYTE, LADDER_LAST_BYTE
-from .global_scale import DEFAULT_SCALE_CEILING, compute_global_scale
+from .constants import (DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U, GROUP_SIZE,
+                        LADDER_FIRST_BYTE, LADDER_LAST_BYTE)
+from .global_scale import compute_global_scale
 from .initial_scale import FOUR_OVER_SIX_TOPS, TOP_MAGNITUDE, four_over_six_choice, range_fitting_byte
-from .objective import GROUP_SIZE, UNIT_WEIGHTS, weighted_error
+from .objective import UNIT_WEIGHTS, weighted_error
 from .packing import pack_codes, swizzle_scale_bytes
 from .search import first_minimum, priority_order, reported_delta
 from .window import window_bytes
@@ -63,8 +64,8 @@ class QuantizedWeight:
     delta: np.ndarray | None
     method: str = "hscale"
     init: str = "maxabs"
-    K: int = 16
-    U: int = 6
+    K: int = DEFAULT_K
+    U: int = DEFAULT_U
     scale_ceiling: float = DEFAULT_SCALE_CEILING
     initial_bytes: np.ndarray | None = field(default=None, repr=False)
 
@@ -78,7 +79,7 @@ class QuantizedWeight:
 
     @classmethod
     def from_bytes(cls, codes, scale_bytes, initial_bytes, global_scale, *, method="hscale",
-                   init="maxabs", K=16, U=6, scale_ceiling=DEFAULT_SCALE_CEILING) -> "QuantizedWeight":
+                   init="maxabs", K=DEFAULT_K, U=DEFAULT_U, scale_ceiling=DEFAULT_SCALE_CEILING) -> "QuantizedWeight":
         """The result of any quantizer from its codes and bytes: packing (NVFP4-PACK-1) and
         ``delta = chosen byte - initial byte`` (HSCALE-ARGMIN-1) are derived here, once.
         ``initial_bytes`` None: a result that does not report them (delta None too)."""
@@ -103,8 +104,8 @@ class Options:
 
     method: str = "hscale"
     init: str = "maxabs"
-    K: int = 16
-    U: int = 6
+    K: int = DEFAULT_K
+    U: int = DEFAULT_U
     scale_ceiling: float = DEFAULT_SCALE_CEILING
 
 
@@ -136,7 +137,7 @@ class Quantizer:
     zero_group_byte = ZERO_GROUP_BYTE  # NVFP4-ZERO-1
 
     # -- the whole call ------------------------------------------------------------------------
-    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16, U=6,
+    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=DEFAULT_K, U=DEFAULT_U,
                  scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None) -> QuantizedWeight:
         weight, h, options, given_scale = self.validate(weight, hessian_diag, method, init, K, U,
                                                         scale_ceiling, global_scale)
@@ -293,7 +294,7 @@ def _live(live, groups, h=None, amax=None):
 _REFERENCE = Quantizer()
 
 
-def quantize(weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16, U=6,
+def quantize(weight, hessian_diag=None, *, method="hscale", init="maxabs", K=DEFAULT_K, U=DEFAULT_U,
              scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None) -> QuantizedWeight:
     """Quantize ``weight`` (m, n) to NVFP4.
 

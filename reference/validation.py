@@ -12,8 +12,8 @@ import numbers
 import ml_dtypes
 import numpy as np
 
+from .constants import E4M3_MAX, GROUP_SIZE
 from .global_scale import FP32_SMALLEST_NORMAL, dequantizes_finitely
-from .objective import GROUP_SIZE
 
 WEIGHT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 METHODS = ("rtn", "scale-only", "hscale")
@@ -218,7 +218,7 @@ def check_global_scale(global_scale) -> np.float32:
 def check_scale_ceiling(scale_ceiling) -> float:
     """The scale ceiling C: a real number in (0, 448] (NVFP4-IN-4)."""
     value = _real_number("scale_ceiling", scale_ceiling, "NVFP4-IN-4")
-    if not (np.isfinite(value) and 0 < value <= 448.0):
+    if not (np.isfinite(value) and 0 < value <= E4M3_MAX):
         raise ValueError(f"scale_ceiling = {value!r}: must lie in (0, 448], the E4M3 range "
                          "(spec NVFP4-IN-4)")
     return value

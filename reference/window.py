@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .e4m3 import LADDER_FIRST_BYTE, LADDER_LAST_BYTE
+from .constants import LADDER_FIRST_BYTE, LADDER_LAST_BYTE
 
 # The longest walk that can reach a new byte: from one end of the ladder to the other. Any
 # shift beyond it only repeats a clipped end (HSCALE-WIN-1), so larger windows search the same

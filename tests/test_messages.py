@@ -14,8 +14,8 @@ import pytest
 
 from hscale.bench import identical
 from hscale.cli import main as hscale_main
-from hscale.conformance.cases import Rejection
-from hscale.conformance.diagnose import diagnose, observe
+from hscale.judge.cases import Rejection
+from hscale.judge.diagnose import diagnose, observe
 from hscale.conformance.mutants import MUTANTS, Mutant, RoundHalfAway
 from hscale.reference import quantize
 from hscale.reference.e4m3 import encode_e4m3

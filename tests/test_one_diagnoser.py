@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hscale.conformance import mutants
-from hscale.conformance.cases import Rejection
+from hscale.judge.cases import Rejection
 from hscale.vectors import load_vectors
 from hscale.vectors.cli import DEFAULT_LEVEL0_DIR
 from hscale.vectors.cli import main as vectors_main

@@ -21,7 +21,7 @@ from hscale.reference import SCALE_BYTE_VALUES, candidate_errors, priority_order
 from hscale.reference.e2m1 import E2M1_VALUES, encode_e2m1
 from hscale.reference.window import window_bytes
 from hscale.vectors import formats, hexio
-from hscale.conformance.clauses import clause_ids
+from hscale.judge.clauses import clause_ids
 from hscale.vectors.catalogue import DEFAULT_SEED, ORDER_TRAPS, clause_index, level0_cases
 from hscale.vectors.check import check, load_vectors, observed_lines
 from hscale.vectors.cli import add_vectors_parser, run_vectors

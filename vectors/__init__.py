@@ -4,7 +4,7 @@ Level 0 (``vectors/level0/``, committed) is the named case catalogue of
 :mod:`hscale.vectors.catalogue`; levels 1 and 2 (:mod:`hscale.vectors.sweeps`) are generated on
 demand. Every file is a pure function of the stored inputs and the reference, so
 ``hscale vectors verify DIR`` can recompute and compare it byte for byte. A case is the
-project's one case model, :class:`hscale.conformance.cases.Case`.
+project's one case model, :class:`hscale.judge.cases.Case`.
 """
 
 from .catalogue import DEFAULT_SEED, level0_cases

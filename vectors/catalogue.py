@@ -13,11 +13,11 @@ search; ``tests/test_vectors.py`` re-checks each such property against the refer
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
-from hscale.conformance.cases import Case, CaseError
-from hscale.reference import SCALE_BYTE_VALUES
+from hscale.judge.builders import BF16, F16, F32, exact
+from hscale.judge.cases import Case, CaseError
+from hscale.reference import E2M1_MIDPOINTS, SCALE_BYTE_VALUES
 
 from . import hexio
 from .minilm import load_minilm_slices
@@ -26,13 +26,8 @@ from .ties import load_tie_table
 
 DEFAULT_SEED = 20240601
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
-F16 = np.dtype(np.float16)
-F32 = np.dtype(np.float32)
 ONE = np.float32(1.0)
-
-E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
-MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
+MIDPOINTS = E2M1_MIDPOINTS
 
 
 # ------------------------------------------------------------------------------------------
@@ -42,15 +37,6 @@ MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 def scale_value(byte: int) -> float:
     """E4M3 value of a scale byte (the effective scale when s_g = 1)."""
     return float(SCALE_BYTE_VALUES[byte])
-
-
-def exact(values, dtype=F32) -> np.ndarray:
-    """``values`` in ``dtype``, refusing any that the conversion would round."""
-    wide = np.asarray(values, dtype=np.float64)
-    narrow = wide.astype(dtype)
-    if not np.array_equal(narrow.astype(np.float64), wide, equal_nan=True):
-        raise CaseError(f"values not exact in {np.dtype(dtype)}: {wide}")
-    return narrow
 
 
 def ulp_step(values: np.ndarray, step: int) -> np.ndarray:

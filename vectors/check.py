@@ -15,7 +15,7 @@ Blank lines and text after ``#`` are ignored. Each mismatch is printed as::
       [<clause>] <place>: <what is wrong, in spec terms>
 
 The lines under it are the findings of the project's one diagnoser
-(``hscale.conformance.diagnose``), word for word what the conformance suite prints for the same
+(``hscale.judge.diagnose``), word for word what the conformance suite prints for the same
 defect.
 """
 
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hscale.conformance.cases import Case, Rejection
-from hscale.conformance.diagnose import diagnose
-from hscale.conformance.findings import plural
+from hscale.judge.cases import Case, Rejection
+from hscale.judge.diagnose import diagnose
+from hscale.judge.findings import plural
 from hscale.reference import QuantizedWeight, unpack_codes
 
 from . import formats, hexio

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from hscale.cli import (CommandParser, UsageError, check_at_least, check_output_file,
                         error_text, fail)
-from hscale.conformance.findings import plural
+from hscale.judge.findings import plural
 from hscale.vectors.formats import write_text_atomically
 
 DEFAULT_LEVEL0_DIR = Path(__file__).resolve().parent / "level0"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hscale.conformance.clauses import clause_ids
+from hscale.judge.clauses import clause_ids
 
 from .catalogue import DEFAULT_SEED, clause_index, level0_cases
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from hscale.conformance.cases import Case, Rejection
-from hscale.conformance.diagnose import INIT_TOPS, quotient_evidence
-from hscale.conformance.findings import plural
+from hscale.judge.cases import Case, Rejection
+from hscale.judge.diagnose import INIT_TOPS, quotient_evidence
+from hscale.judge.findings import plural
 from hscale.reference import E2M1_VALUES, candidate_errors, decode_e4m3
 
 from . import hexio

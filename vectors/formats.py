@@ -18,7 +18,7 @@ import numpy as np
 from hscale import SPEC_VERSION
 
 from . import hexio
-from hscale.conformance.cases import Case, Rejection
+from hscale.judge.cases import Case, Rejection
 from hscale.reference import QuantizedWeight
 
 from .serialize import ERROR_SET, case_json, dtype_name, parameters_of

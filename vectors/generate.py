@@ -8,7 +8,7 @@ from pathlib import Path
 
 from . import formats
 from .catalogue import DEFAULT_SEED, clause_index, level0_cases
-from hscale.conformance.cases import Case
+from hscale.judge.cases import Case
 
 from .formats import Record
 from .serialize import ERROR_SET, set_name

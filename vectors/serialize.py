@@ -5,7 +5,7 @@ file per format).
 Reading a vector file (``read_vector_document``, ``read_case``) refuses what is not one with
 ``MalformedVectors``, naming the file and the case.
 
-The case itself is the one case model of the project, ``hscale.conformance.cases.Case``; its
+The case itself is the one case model of the project, ``hscale.judge.cases.Case``; its
 outputs are a ``QuantizedWeight`` or, for inputs the spec rejects, a ``Rejection``.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hscale.conformance.cases import Case, CaseError, Rejection
+from hscale.judge.cases import Case, CaseError, Rejection
 from hscale.reference import QuantizedWeight, swizzle_scale_bytes
 
 from . import hexio

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hscale.conformance.cases import Case
+from hscale.judge.cases import Case
 from hscale.reference import SCALE_BYTE_VALUES
 
 from . import hexio

@@ -12,12 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from hscale import SPEC_VERSION
-from hscale.conformance.findings import plural
+from hscale.judge.findings import plural
 
 from . import formats
 from .catalogue import clause_index
 from .generate import _is_vector_file
-from hscale.conformance.cases import CaseError
+from hscale.judge.cases import CaseError
 
 from .check import read_manifest
 from .serialize import MalformedVectors, case_json, read_case, read_vector_document

@@ -22,7 +22,7 @@ RTN_ONLY = frozenset({"rtn"})
 
 
 class LibraryResult:
-    """What a library produced, as ``hscale.conformance.diagnose.observe`` reads it: exactly the
+    """What a library produced, as ``hscale.judge.diagnose.observe`` reads it: exactly the
     members the library produced (observe derives the rest: packed from codes or codes from
     packed). ``scale_bytes`` uint8 (m, n/16), the library's E4M3 bytes; ``global_scale``
     np.float32 as the library stores it (the multiplier, or the reciprocal for a backend whose

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from .cases import CaseError
 from .independent import GROUP, MAGNITUDES, MIDPOINTS, SCALE_VALUES
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -20,14 +21,18 @@ def L(byte: int) -> float:
 
 
 def exact(values, dtype=F32) -> np.ndarray:
-    """``values`` (float64) in ``dtype``, asserting that the conversion is exact."""
+    """``values`` (float64) in ``dtype``, refusing any that the conversion would change: a
+    rounded value, or a zero whose sign is lost (NaN stays NaN). A construction that is not
+    what it claims is a bug of the case, ``CaseError``."""
     values = np.asarray(values, dtype=np.float64)
     out = values.astype(dtype)
     back = out.astype(np.float64)
-    bad = (back != values) | (np.signbit(back) != np.signbit(values))
+    both_nan = np.isnan(back) & np.isnan(values)
+    bad = ((back != values) | (np.signbit(back) != np.signbit(values))) & ~both_nan
     if bad.any():
-        i = tuple(np.argwhere(bad)[0])
-        raise AssertionError(f"test construction: {values[i]!r} is not exact in {np.dtype(dtype).name}")
+        i = tuple(int(v) for v in np.argwhere(bad)[0])
+        raise CaseError(f"construction: {values[i]!r} at {list(i)} is not exact in "
+                        f"{np.dtype(dtype).name}")
     return out
 
 

@@ -1,7 +1,7 @@
 """A finding: one way a result breaks the spec, said in the spec's terms.
 
 Every judge of the project (the conformance suite, ``hscale vectors check``, ``hscale check``,
-the interop matrix) produces findings through one diagnoser (``hscale.conformance.diagnose``)
+the interop matrix) produces findings through one diagnoser (``hscale.judge.diagnose``)
 and only formats them, so the same defect reads the same everywhere:
 
     [HSCALE-OBJ-1] group (r=0, i=3): scale byte expected 0x67 observed 0x68; ...
