@@ -266,14 +266,19 @@ class TorchQuantizer(Quantizer):
         torch = self.torch
         h = np.asarray(h, dtype=np.float64)
         if h.ndim == 2 and np.ndim(groups) == 3 and h.shape[0] == np.shape(groups)[1]:
-            # a block of whole rows: the row's pattern repeats for every row (cached per call)
-            key = (h.__array_interface__["data"][0], h.shape, G)
-            cached = self.h_columns_cache.get(key)
-            if cached is None:
+            # A block of whole rows: the row's pattern repeats for every row, cached per call.
+            # Keyed by the identity of the object owning h's memory, which the entry holds: an
+            # address alone could be reused by another array once the first is freed (the
+            # pattern behind 576b902), an owner held alive cannot.
+            owner = h if h.base is None else h.base
+            key = (id(owner), h.__array_interface__["data"][0], h.strides, h.shape, G)
+            entry = self.h_columns_cache.get(key)
+            if entry is None or entry[0] is not owner:
                 rows = G // h.shape[0]
-                cached = torch.from_numpy(h).t().repeat(1, rows).contiguous().to(self.device)
-                self.h_columns_cache[key] = cached
-            return cached
+                entry = (owner, torch.from_numpy(np.ascontiguousarray(h)).t().repeat(1, rows)
+                         .contiguous().to(self.device))
+                self.h_columns_cache[key] = entry
+            return entry[1]
         full = np.broadcast_to(h, np.shape(groups)).reshape(G, GROUP)
         return kernels.as_tensor(torch, full.T).to(self.device)
 
