@@ -11,7 +11,6 @@ import math
 
 import numpy as np
 
-from .constants import E4M3_MAX as MAX_FINITE  # 0x7E = 0b0_1111_110 = 1.75 * 2^8
 from .constants import LADDER_FIRST_BYTE, LADDER_LAST_BYTE
 
 EXPONENT_BIAS = 7

@@ -12,7 +12,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .constants import DEFAULT_SCALE_CEILING, E4M3_MAX, FOUR_OVER_SIX_SCALE_CEILING  # noqa: F401
+from .constants import DEFAULT_SCALE_CEILING, E4M3_MAX
 from .e2m1 import MAX_MAGNITUDE
 
 FP32_SMALLEST_NORMAL = 2.0 ** -126

@@ -18,8 +18,8 @@ import numpy as np
 
 from .e2m1 import E2M1_VALUES
 from .constants import DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U, GROUP_SIZE
-from .quantize import (QuantizedWeight, check_arguments, encode_groups, resolve_global_scale,
-                       select_scale_bytes)
+from .quantize import (Options, QuantizedWeight, Quantizer, check_arguments, encode_groups,
+                       resolve_global_scale, select_scale_bytes)
 from .search import effective_scale
 from .validation import check_hessian_diag
 
@@ -116,13 +116,15 @@ def gptq_quantize(weight, hessian, *, method="hscale", init="maxabs", K=DEFAULT_
     scale_bytes = np.empty((rows, group_cols), dtype=np.uint8)
     initial_bytes = np.empty((rows, group_cols), dtype=np.uint8)
     chosen = np.zeros(group_cols, dtype=bool)
+    # The window table is the same for every group column: made once (HSCALE-WIN-1).
+    context = (group_quantizer or Quantizer()).prepare(Options(method, init, K, U))
 
     def choose(group, block):
         """The bytes of ``group`` from its 16 columns ``block`` (rows, 16), input order."""
         first = group * GROUP_SIZE
         initial_bytes[:, group], scale_bytes[:, group] = select_scale_bytes(
             block, h[first:first + GROUP_SIZE], method, init, K, U, global_scale,
-            group_quantizer)
+            group_quantizer, context)
         chosen[group] = True
 
     if static_groups:

@@ -329,14 +329,17 @@ def resolve_global_scale(weight, global_scale, scale_ceiling) -> np.float32:
     return _REFERENCE.global_scale(weight, Options(scale_ceiling=scale_ceiling))
 
 
-def select_scale_bytes(groups, group_h, method, init, K, U, global_scale, quantizer=None):
+def select_scale_bytes(groups, group_h, method, init, K, U, global_scale, quantizer=None,
+                       context=None):
     """(initial byte, chosen byte) of each group (rows of ``groups``, float64 (G, 16));
     ``group_h`` (16,) or (G, 16), read by hscale only. ``quantizer``: whose steps (the
-    reference's by default)."""
+    reference's by default). ``context``: what ``quantizer.prepare`` made for these options (the
+    window table), for a caller choosing many sets of groups with one set of options."""
     options = Options(method, init, K, U)
     quantizer = quantizer or _REFERENCE
-    return quantizer.select_bytes(groups, group_h, global_scale, options,
-                                  quantizer.prepare(options))
+    if context is None:
+        context = quantizer.prepare(options)
+    return quantizer.select_bytes(groups, group_h, global_scale, options, context)
 
 
 def encode_groups(groups, scale_byte, global_scale):
