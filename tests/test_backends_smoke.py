@@ -368,3 +368,30 @@ def test_cupy_wheel_for_another_cuda_major_is_reported(monkeypatch):
     runtime.driverGetVersion = lambda: 13000
     runtime.runtimeGetVersion = lambda: 13020  # a newer minor than the driver's runs (H100 here)
     assert cupy_backend.CupyBackend().available() == (True, "")
+
+
+def test_torch_h_cache_is_not_fooled_by_a_reused_address():
+    """The torch backend caches a block's h columns per call. Two h arrays at one address but
+    owned by different objects (what a freed array and its successor can be) must not share an
+    entry: keyed by the address alone, the second got the first's columns."""
+    import ctypes
+    torch = pytest.importorskip("torch")
+    from hscale.backends.torch_backend import TorchQuantizer
+    quantizer = TorchQuantizer(get("torch"))
+    memory = np.zeros(4 * 16)
+    address = memory.ctypes.data
+
+    def h_at_address(values):
+        memory[:] = values
+        owner = (ctypes.c_double * memory.size).from_address(address)  # a new owner each time
+        return np.ctypeslib.as_array(owner).reshape(4, 16)
+
+    groups = np.zeros((2, 4, 16))  # 2 whole rows of 4 groups
+    first = quantizer._h_columns(h_at_address(np.arange(64.0)), groups, 8)
+    first = first.clone()
+    second_h = h_at_address(np.arange(64.0)[::-1].copy())
+    second = quantizer._h_columns(second_h, groups, 8)
+    assert second_h.__array_interface__["data"][0] == address  # the same address indeed
+    expected = torch.from_numpy(second_h.copy()).t().repeat(1, 2)
+    assert torch.equal(second, expected)
+    assert not torch.equal(second, first)

@@ -105,3 +105,26 @@ def test_act_order_and_static_groups():
         got = gptq_quantize(W, diagonal, act_order=True, static_groups=static_groups)
         np.testing.assert_array_equal(got.codes, plain.codes)
         np.testing.assert_array_equal(got.scale_bytes, plain.scale_bytes)
+
+
+def test_gptq_builds_the_window_table_once():
+    """The window table depends on K and U only, the same for every group column: GPTQ built it
+    once per group column (cols / 16 times)."""
+    from hscale.reference import Quantizer
+
+    class Counting(Quantizer):
+        tables = 0
+
+        def window_table(self, K, U):
+            Counting.tables += 1
+            return super().window_table(K, U)
+
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((8, 128)).astype(np.float32)
+    X = rng.standard_normal((64, 128))
+    H = X.T @ X
+    plain = gptq_quantize(w, H, method="hscale")
+    counted = gptq_quantize(w, H, method="hscale", group_quantizer=Counting())
+    assert Counting.tables == 1
+    assert np.array_equal(plain.codes, counted.codes)
+    assert np.array_equal(plain.scale_bytes, counted.scale_bytes)
