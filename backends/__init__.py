@@ -33,6 +33,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Protocol, runtime_checkable
 
+from hscale.reference.constants import DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U
+
 CAPABILITIES = frozenset({"rtn", "scale-only", "hscale", "4over6"})
 
 # name -> "module:factory", imported lazily so that a missing torch or cupy never breaks
@@ -53,8 +55,9 @@ class Backend(Protocol):
 
     def available(self) -> tuple[bool, str]: ...
 
-    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16,
-                 U=6, scale_ceiling=448.0, global_scale=None) -> Any: ...
+    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs",
+                 K=DEFAULT_K, U=DEFAULT_U, scale_ceiling=DEFAULT_SCALE_CEILING,
+                 global_scale=None) -> Any: ...
 
 
 def _load_factory(spec: str):

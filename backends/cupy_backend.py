@@ -70,9 +70,10 @@ from hscale import __version__
 from hscale.backends import CAPABILITIES
 from hscale.reference import SCALE_BYTE_VALUES, Options, QuantizedWeight, Quantizer
 from hscale.reference import compute_global_scale, reported_delta, unpack_codes, validation
+from hscale.reference.constants import DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U, GROUP_SIZE
 from hscale.reference.e4m3 import LADDER_LAST_BYTE
 
-GROUP = 16
+GROUP = GROUP_SIZE
 THREADS_PER_BLOCK = 128  # 64 to 512 were within 10% of each other on an H100
 
 KERNEL_SOURCE = r"""
@@ -442,8 +443,8 @@ class FusedQuantizer(Quantizer):
     def __init__(self, runtime):
         self.runtime = runtime
 
-    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16, U=6,
-                 scale_ceiling=448.0, global_scale=None) -> QuantizedWeight:
+    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=DEFAULT_K,
+                 U=DEFAULT_U, scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None) -> QuantizedWeight:
         weight, h, options, given_scale = self.validate(weight, hessian_diag, method, init, K, U,
                                                         scale_ceiling, global_scale)
         device_weight = self.runtime.upload_weight(weight)
@@ -451,7 +452,8 @@ class FusedQuantizer(Quantizer):
         return result.to_host(self.runtime)
 
     def quantize_on_device(self, weight, hessian_diag=None, *, method="hscale", init="maxabs",
-                           K=16, U=6, scale_ceiling=448.0, global_scale=None,
+                           K=DEFAULT_K, U=DEFAULT_U,
+                           scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None,
                            codes=False) -> DeviceResult:
         """The arguments checked as the reference checks them (NVFP4-IN-1 .. -5, in its order),
         the weight's values on the device; ``codes=True`` also keeps the unpacked codes."""

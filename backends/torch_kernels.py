@@ -42,8 +42,9 @@ import warnings
 import ml_dtypes
 import numpy as np
 
+from hscale.reference.constants import GROUP_SIZE as GROUP
 
-GROUP = 16
+
 MAGIC = float(2 ** 51)  # C = 2^51 * clamp(x, 1, 6): ulp(C) is the E2M1 spacing at x
 EXPONENT_BITS = 0x7FF0 << 48  # of a float64: sign and mantissa cleared, 2^floor(log2 T) left
 

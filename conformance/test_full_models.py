@@ -89,7 +89,7 @@ def test_full_model(checker, zoo, model, config):
 @pytest.mark.parametrize("config", list(REAL_LAYER_CONFIGS))
 def test_real_minilm_layer(checker, zoo, config):
     """The bundled default layer (MiniLM encoder.layer.0.output.dense, 384 x 1536, real h)."""
-    from hscale.calibration import load_default_layer
+    from hscale.demo.default_layer import load_default_layer
     layer = load_default_layer()
     _run_layers(checker, zoo, "default-layer", config,
                 [(layer.name, np.asarray(layer.weight), np.asarray(layer.hessian_diag))],

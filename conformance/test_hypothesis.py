@@ -15,8 +15,8 @@ from hscale.judge import independent, oracle
 from hscale.judge.cases import Case
 from hscale.judge.profiles import EXACT
 from hscale.conformance.strategies import cases, to_dtype
+from hscale.reference.constants import GROUP_SIZE as GROUP
 
-GROUP = 16
 
 
 def _cases(checker, **kw):

@@ -14,7 +14,7 @@ import pytest
 
 from hscale.judge.cases import Rejection
 from hscale.vectors import load_vectors
-from hscale.vectors.cli import DEFAULT_LEVEL0_DIR
+from hscale.vectors import LEVEL0_DIR as DEFAULT_LEVEL0_DIR
 
 LEVEL0 = load_vectors(DEFAULT_LEVEL0_DIR)
 

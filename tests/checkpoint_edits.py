@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from hscale.quantize_model import quantize_model
+from hscale.quantize import quantize_model
 
 ATTENTION = "model.layers.0.self_attn."
 

@@ -12,7 +12,7 @@ import pytest
 def tiny(tmp_path_factory) -> Path:
     """The seeded tiny decoder saved as a Hugging Face model directory."""
     pytest.importorskip("transformers")
-    from hscale.models import build_tiny_decoder
+    from hscale.models.synthetic import build_tiny_decoder
     directory = tmp_path_factory.mktemp("tiny") / "model"
     build_tiny_decoder(seed=0).save_pretrained(directory)
     return directory

@@ -6,6 +6,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,8 @@ nn = torch.nn
 
 from hscale import calibration as C  # noqa: E402
 from hscale import models as M  # noqa: E402
+from hscale.demo import default_layer as D  # noqa: E402
+from hscale.models import synthetic as S  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------------
@@ -343,13 +346,13 @@ TINY_NAMES = [
 @pytest.fixture(scope="module")
 def tiny_pair():
     pytest.importorskip("transformers")
-    return M.build_tiny_decoder(seed=0), M.build_tiny_decoder(seed=0)
+    return S.build_tiny_decoder(seed=0), S.build_tiny_decoder(seed=0)
 
 
 def test_tiny_decoder_is_deterministic_for_a_seed(tiny_pair):
     a, b = tiny_pair
     rng_before = torch.get_rng_state()
-    c = M.build_tiny_decoder(seed=1)
+    c = S.build_tiny_decoder(seed=1)
     assert torch.equal(torch.get_rng_state(), rng_before), "build_tiny_decoder must not disturb the global RNG"
     sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
     assert sa.keys() == sb.keys()
@@ -377,7 +380,7 @@ def test_tiny_decoder_layers_and_calibration(tiny_pair):
 
 def test_tied_lm_head_can_be_dropped():
     pytest.importorskip("transformers")
-    tied = M.build_tiny_decoder(seed=0, config={"tie_word_embeddings": True, "num_hidden_layers": 1})
+    tied = S.build_tiny_decoder(seed=0, config={"tie_word_embeddings": True, "num_hidden_layers": 1})
     names = [n for n, _ in M.linear_layers(tied)]
     assert names[-1] == "lm_head"
     assert [n for n, _ in M.linear_layers(tied, include_tied=False)] == names[:-1]
@@ -386,17 +389,17 @@ def test_tied_lm_head_can_be_dropped():
 def test_tiny_decoder_rejects_bad_in_features():
     pytest.importorskip("transformers")
     with pytest.raises(ValueError, match="multiple of 16"):
-        M.build_tiny_decoder(seed=0, config={"hidden_size": 120, "head_dim": 30})
+        S.build_tiny_decoder(seed=0, config={"hidden_size": 120, "head_dim": 30})
 
 
 def test_byte_tokenizer_and_random_ids():
-    tok = M.ByteTokenizer(512)
+    tok = S.ByteTokenizer(512)
     enc = tok(["ab", "é"], max_length=16)
     assert enc["input_ids"].tolist() == [[1, 3 + 97, 3 + 98, 2], [1, 3 + 0xC3, 3 + 0xA9, 2]]
     enc = tok(["abc", "a"], max_length=4)
     assert enc["input_ids"].tolist() == [[1, 100, 101, 102], [1, 100, 2, 0]]
     assert enc["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
-    r1, r2 = M.random_token_ids(512, 2, 8, seed=3), M.random_token_ids(512, 2, 8, seed=3)
+    r1, r2 = S.random_token_ids(512, 2, 8, seed=3), S.random_token_ids(512, 2, 8, seed=3)
     assert torch.equal(r1, r2) and r1.shape == (2, 8) and int(r1.max()) < 512
 
 
@@ -420,8 +423,8 @@ def test_heldout_texts_are_not_calibration_texts():
 
 
 def test_default_layer_loads():
-    layer = C.load_default_layer()
-    assert layer.name == C.DEFAULT_LAYER_NAME
+    layer = D.load_default_layer()
+    assert layer.name == D.DEFAULT_LAYER_NAME
     assert layer.weight.dtype == np.float32 and layer.weight.shape == (384, 1536)
     assert layer.hessian_diag.dtype == np.float64 and layer.hessian_diag.shape == (1536,)
     assert np.all(np.isfinite(layer.weight))
@@ -430,13 +433,37 @@ def test_default_layer_loads():
     assert M.MINILM_PACKAGE in layer.source and C.calibration_text_sha256() in layer.source
 
 
+def default_layer_tool():
+    """tools/build_default_layer.py, the maintainer command that writes the bundled layer."""
+    import importlib.util
+    path = Path(__file__).resolve().parent.parent / "tools" / "build_default_layer.py"
+    spec = importlib.util.spec_from_file_location("build_default_layer", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_default_layer_matches_regeneration(tmp_path):
     pytest.importorskip("transformers")
     pytest.importorskip(M.MINILM_MODULE)
-    bundled = C.load_default_layer()
-    path = C.build_default_layer(tmp_path / "default_layer.npz")
-    fresh = C.load_default_layer(path)
+    bundled = D.load_default_layer()
+    path = default_layer_tool().build_default_layer(tmp_path / "default_layer.npz")
+    fresh = D.load_default_layer(path)
     assert fresh.name == bundled.name and fresh.source == bundled.source
     assert fresh.n_tokens == bundled.n_tokens
     assert np.array_equal(fresh.weight, bundled.weight)
     np.testing.assert_allclose(fresh.hessian_diag, bundled.hessian_diag, rtol=1e-5, atol=1e-9 * bundled.hessian_diag.max())
+
+
+def test_the_bundled_layer_is_written_as_every_npz_is():
+    """One .npz writer (hscale.files.npz_bytes): members stored, not deflated (deflate output
+    can differ between zlib builds), with fixed dates; the bundled layer had its own, deflating
+    writer."""
+    import importlib.resources
+    import zipfile
+    from hscale import files
+    bundled = importlib.resources.files("hscale.demo").joinpath("data", "default_layer.npz")
+    with importlib.resources.as_file(bundled) as path, zipfile.ZipFile(path) as archive:
+        infos = archive.infolist()
+    assert {i.compress_type for i in infos} == {zipfile.ZIP_STORED}
+    assert {i.date_time for i in infos} == {files.ZIP_DATE}

@@ -22,8 +22,8 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from checkpoint_edits import (ATTENTION, planted, quantized, scale_bytes_of,  # noqa: E402
                               set_scale_bytes)
 from hscale.check import check_checkpoint  # noqa: E402
-from hscale.checkpoint import CheckpointError  # noqa: E402
-from hscale.quantize_model import save_hessians  # noqa: E402
+from hscale.checkpoints import CheckpointError  # noqa: E402
+from hscale.calibration import save_hessians  # noqa: E402
 from hscale.reference import compute_global_scale, quantize, swizzle_scale_bytes  # noqa: E402
 from hscale.reference.global_scale import (multiplier_from_reciprocal,  # noqa: E402
                                            reciprocal_from_multiplier)

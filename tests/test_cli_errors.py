@@ -22,7 +22,7 @@ from hscale.vectors import formats
 ROOT = Path(__file__).resolve().parent.parent
 LEVEL0 = ROOT / "vectors" / "level0"
 HSCALE = [sys.executable, "-m", "hscale.cli"]
-GPU_BENCH = [sys.executable, "-m", "hscale.gpu_bench"]
+GPU_BENCH = [sys.executable, str(Path(__file__).resolve().parent.parent / "tools" / "gpu_bench.py")]
 USER_ERROR = 2
 
 
@@ -291,7 +291,7 @@ def test_plot_without_matplotlib_says_how_to_install_it_before_the_work(inputs, 
     assert not (tmp_path / "demo.png").exists()
 
 
-# -- python -m hscale.gpu_bench: its arguments are checked before any GPU work ----------------
+# -- python tools/gpu_bench.py: its arguments are checked before any GPU work ----------------
 
 GPU_BENCH_CASES = [
     ("sizes-not-a-multiple-of-16", ["--sizes", "100"],
@@ -323,7 +323,7 @@ def gpu_bench_mistakes(request, inputs) -> dict:
                                                 [c[2] for c in GPU_BENCH_CASES]))
 def test_gpu_bench_mistake_gets_one_line(gpu_bench_mistakes, inputs, ident, words):
     line = error_line(gpu_bench_mistakes[ident])
-    assert line.startswith("python -m hscale.gpu_bench: "), line
+    assert line.startswith("python tools/gpu_bench.py: "), line
     assert words.format(**{"in": inputs}) in line, line
 
 
@@ -464,7 +464,7 @@ def test_every_command_is_documented_with_its_exit_codes():
     names = [f"hscale {name}" for name in commands]
     names += [f"hscale vectors {name}"
               for name in commands["vectors"]._subparsers._group_actions[0].choices]
-    names += ["python -m hscale.gpu_bench", "pytest conformance"]
+    names += ["python tools/gpu_bench.py", "pytest conformance"]
     for name in names:
         assert re.search(rf"^#+ `{re.escape(name)}", text, re.M), f"{name} has no section"
     for code in ("0", "1", "2", "4"):

@@ -22,8 +22,8 @@ pytest.importorskip("transformers")
 
 from checkpoint_edits import ATTENTION, planted, scale_bytes_of, set_scale_bytes  # noqa: E402
 from hscale.check import check_checkpoint  # noqa: E402
-from hscale.checkpoint import CheckpointError, SafetensorsModel  # noqa: E402
-from hscale.convert import convert_checkpoint  # noqa: E402
+from hscale.checkpoints import CheckpointError, SafetensorsModel  # noqa: E402
+from hscale.checkpoints.convert import convert_checkpoint  # noqa: E402
 
 # NVFP4-E2M1-1: the value of each 4-bit code.
 E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])

@@ -1,4 +1,4 @@
-"""The fidelity analysis tools (hscale/fidelity.py) on small seeded cases, each against a route
+"""The fidelity analysis tools (hscale/report/analyses.py) on small seeded cases, each against a route
 written here independently: brute force over every scale byte, the activations themselves, a
 Python loop. Golden values never come from the function under test."""
 
@@ -9,7 +9,8 @@ import itertools
 import numpy as np
 import pytest
 
-from hscale import fidelity
+from hscale.evaluation.quality import output_error
+from hscale.report import analyses
 from hscale.reference import SCALE_BYTE_VALUES, compute_global_scale, quantize
 
 E2M1_GRID = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
@@ -40,15 +41,15 @@ def test_full_objective_equals_the_output_error_of_the_activations():
     for t in range(X.shape[0]):
         for i in range(weight.shape[0]):
             by_loop += float(sum(X[t, j] * d[i, j] for j in range(weight.shape[1]))) ** 2
-    assert fidelity.output_error(weight, deq, G) == pytest.approx(by_loop, rel=1e-10)
-    assert fidelity.direct_output_error(X, weight, deq) == pytest.approx(by_loop, rel=1e-10)
+    assert output_error(weight, deq, G) == pytest.approx(by_loop, rel=1e-10)
+    assert analyses.direct_output_error(X, weight, deq) == pytest.approx(by_loop, rel=1e-10)
 
 
 @pytest.mark.parametrize("weighted", [True, False])
 def test_full_ladder_equals_an_exhaustive_search(weighted):
     weight, X, G, s_g = layer(1, rows=4, cols=32)
     h = np.diag(G).copy() if weighted else None
-    result = fidelity.full_ladder(weight, h, s_g)
+    result = analyses.full_ladder(weight, h, s_g)
     hh = np.diag(G) if weighted else np.ones(32)
     start = quantize(weight, method="rtn", global_scale=s_g).scale_bytes
     for r, g in itertools.product(range(4), range(2)):
@@ -71,14 +72,14 @@ def test_full_ladder_equals_an_exhaustive_search(weighted):
 def test_a_whole_ladder_window_recovers_all_of_the_gain():
     for seed in (2, 3):
         weight, X, G, s_g = layer(seed)
-        sweep = fidelity.window_sweep(weight, G, s_g, windows=((126, 252), (6, 16), (0, 1)))
+        sweep = analyses.window_sweep(weight, G, s_g, windows=((126, 252), (6, 16), (0, 1)))
         assert sweep[(126, 252)] == pytest.approx(1.0, abs=1e-12)
         assert sweep[(0, 1)] == 0.0  # the window {0}: max-abs itself
 
 
 def test_recovered_fraction():
-    assert fidelity.recovered_fraction(10.0, 7.0, 4.0) == 0.5
-    assert np.isnan(fidelity.recovered_fraction(4.0, 4.0, 4.0))
+    assert analyses.recovered_fraction(10.0, 7.0, 4.0) == 0.5
+    assert np.isnan(analyses.recovered_fraction(4.0, 4.0, 4.0))
 
 
 @pytest.mark.parametrize("seed", [4, 5, 6])
@@ -86,13 +87,13 @@ def test_best_scale_is_no_worse_than_hscale_in_the_full_objective(seed):
     weight, X, G, s_g = layer(seed)
     hs = quantize(weight, np.diag(G).copy(), global_scale=s_g)
     start = SCALE_BYTE_VALUES[hs.scale_bytes].astype(np.float64) * float(s_g)
-    oracle = fidelity.best_scale(weight, G, start, iterations=40)
-    hscale_error = fidelity.direct_output_error(X, weight, hs.dequantize())
-    assert fidelity.direct_output_error(X, weight, oracle.dequantized) <= hscale_error * (1 + 1e-12)
-    assert oracle.error == pytest.approx(fidelity.direct_output_error(X, weight,
+    oracle = analyses.best_scale(weight, G, start, iterations=40)
+    hscale_error = analyses.direct_output_error(X, weight, hs.dequantize())
+    assert analyses.direct_output_error(X, weight, oracle.dequantized) <= hscale_error * (1 + 1e-12)
+    assert oracle.error == pytest.approx(analyses.direct_output_error(X, weight,
                                                                       oracle.dequantized))
     assert all(b <= a for a, b in zip(oracle.history, oracle.history[1:]))
-    again = fidelity.best_scale(weight, G, start, iterations=40)
+    again = analyses.best_scale(weight, G, start, iterations=40)
     np.testing.assert_array_equal(again.scales, oracle.scales)  # deterministic
     # its weight is what its scales say: every group's codes re-rounded at its own scale
     for r, g in ((0, 0), (3, 2)):
@@ -105,15 +106,15 @@ def test_best_scale_gains_on_a_layer_where_hscale_leaves_room():
     weight, X, G, s_g = layer(7)
     hs = quantize(weight, np.diag(G).copy(), global_scale=s_g)
     start = SCALE_BYTE_VALUES[hs.scale_bytes].astype(np.float64) * float(s_g)
-    oracle = fidelity.best_scale(weight, G, start, iterations=60)
-    assert oracle.error < 0.99 * fidelity.output_error(weight, hs.dequantize(), G)
+    oracle = analyses.best_scale(weight, G, start, iterations=60)
+    assert oracle.error < 0.99 * output_error(weight, hs.dequantize(), G)
 
 
 def test_shift_statistics_count_and_measure_each_shift():
     weight, X, G, s_g = layer(8, rows=16, cols=128)
     h = np.diag(G).copy()
     hs = quantize(weight, h, global_scale=s_g)
-    stats = fidelity.shift_statistics(weight, h, hs)
+    stats = analyses.shift_statistics(weight, h, hs)
     delta = hs.delta.reshape(-1)
     assert {s: v["groups"] for s, v in stats["shifts"].items()} == \
         {int(s): int(n) for s, n in zip(*np.unique(delta, return_counts=True))}
@@ -140,7 +141,7 @@ def test_shift_statistics_count_and_measure_each_shift():
 def test_microcase_recomputed_by_brute_force():
     w = np.array([-3.750, -1.740, 4.320, 4.880])
     X = np.array([[0.600, 1.400, 1.500, 2.000], [2.000, 1.000, 0.700, 1.000]])
-    case = fidelity.microcase()
+    case = analyses.microcase()
     # the paper's min-max row: scale 4.88 / 6, weight error 0.573 and output error 3.927
     s = 4.88 / 6
     q = np.array([nearest_e2m1(x / s) for x in w]) * s
@@ -178,7 +179,7 @@ def test_report_renders_the_same_bytes_twice(tmp_path):
     doc = report.layer_analyses(model, iterations=5, progress=False)
     doc["summary"] = report.summarise(doc)
     doc["pipelines"] = report.pipeline_rows(model)
-    doc["microcase"] = fidelity.microcase()
+    doc["microcase"] = analyses.microcase()
     doc["head_to_head"] = {
         "H-Scale": {"ran": True, "seconds": 0.1, "output": {"mean": 0.7, "median": 0.7},
                     "output_heldout": {"mean": 0.72, "median": 0.71}, "improved_heldout": 2,
@@ -248,7 +249,7 @@ def test_embedding_probe_matches_a_model_loaded_with_the_weights_replaced():
     transformers = pytest.importorskip("transformers")
     from hscale.calibration import heldout_texts
     from hscale.models import minilm_model_dir
-    from hscale.quantize_model import EmbeddingProbe
+    from hscale.evaluation.embeddings import EmbeddingProbe
     from hscale.reference import quantize
     directory = minilm_model_dir()
     texts = heldout_texts()[:12]

@@ -172,7 +172,7 @@ def test_quantize_weight_gptq_uses_the_backend_group_step(monkeypatch):
     """``hscale quantize --pipeline gptq --backend torch`` chooses the groups' bytes in torch
     (the kernel's wide form is called), with the reference's result."""
     from hscale.backends import torch_kernels
-    from hscale.quantize_model import quantize_weight
+    from hscale.pipelines import quantize_weight
     W, H = gptq_layer(seed=4)
     expected = quantize_weight(W, np.diag(H).copy(), pipeline="gptq", backend="numpy", hessian=H)
     calls = []

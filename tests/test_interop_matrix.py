@@ -4,6 +4,7 @@ profile still rejects, on a planted mutant of the reference (no library needed).
 from __future__ import annotations
 
 from hscale import interop
+from hscale.interop.render import still_rejected_block
 from hscale.conformance.mutants import negative_zero
 
 
@@ -31,7 +32,7 @@ def test_still_rejected_findings_come_with_their_group_in_hex():
         assert (nibble(reference_packed, j), nibble(observed_packed, j)) == (0x8, 0x0)
         assert int(words[j], 16) & 0x80000000
     assert f"element j={differ[0]}" in example["finding"]
-    block = "\n".join(interop.still_rejected_block(
+    block = "\n".join(still_rejected_block(
         {"profile": "exact", "counts": {"level-0 vectors": exact}}))
     assert f"NVFP4-E2M1-3 (level-0 vectors): case {example['case']}" in block
     assert example["w"] in block
@@ -39,7 +40,7 @@ def test_still_rejected_findings_come_with_their_group_in_hex():
     forgiven = interop.judge(backend, cases, "faithful", ("negative-zero",))
     assert forgiven["still_failing"] == {} and forgiven["still_examples"] == {}
     assert forgiven["allowance_uses"]["negative-zero"] > 0
-    assert interop.still_rejected_block({"profile": "faithful", "counts": {"x": forgiven}}) == []
+    assert still_rejected_block({"profile": "faithful", "counts": {"x": forgiven}}) == []
 
 
 def test_adapters_are_chosen_by_label_even_with_a_comma_in_it():

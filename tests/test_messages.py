@@ -22,7 +22,7 @@ from hscale.reference.e4m3 import encode_e4m3
 from hscale.vectors import check, load_vectors, observed_lines
 from hscale.vectors.explain import explain_group
 from hscale.vectors.generate import generate_files, write_files
-from hscale.vectors.cli import DEFAULT_LEVEL0_DIR
+from hscale.vectors import LEVEL0_DIR as DEFAULT_LEVEL0_DIR
 
 VECTORS = load_vectors(DEFAULT_LEVEL0_DIR)
 

@@ -16,8 +16,8 @@ import pytest
 from hscale.conformance import mutants
 from hscale.judge.cases import Rejection
 from hscale.vectors import load_vectors
-from hscale.vectors.cli import DEFAULT_LEVEL0_DIR
-from hscale.vectors.cli import main as vectors_main
+from hscale.cli import main as hscale_main
+from hscale.vectors import LEVEL0_DIR as DEFAULT_LEVEL0_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 # Keeps the first candidate in window order on an exact tie (HSCALE-ARGMIN-1 says: the first
@@ -75,8 +75,8 @@ def test_a_planted_error_reads_the_same_in_the_suite_and_in_vectors_check(tmp_pa
     out = io.StringIO()
     from contextlib import redirect_stdout
     with redirect_stdout(out):
-        status = vectors_main(["check", str(DEFAULT_LEVEL0_DIR), "--observed", str(observed),
-                               "--errors", "1000"])
+        status = hscale_main(["vectors", "check", str(DEFAULT_LEVEL0_DIR), "--observed",
+                              str(observed), "--errors", "1000"])
     assert status == 1, out.getvalue()[-2000:]
     in_check = findings_by_case(out.getvalue(), re.compile(r"^(\S+) r\d+ g\d+ "))
     in_check = {case: found for case, found in in_check.items() if case.startswith("argmin-tie")}

@@ -20,10 +20,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from hscale.checkpoint import (FORMATS, SafetensorsModel, detect_format,  # noqa: E402
-                               iter_quantized_modules, read_stored_linear)
-from hscale.quantize_model import (REPORT_NAME, QuantizeRequest, quantize_model,  # noqa: E402
-                                   quantize_weight, save_hessians)
+from hscale.calibration import save_hessians  # noqa: E402
+from hscale.checkpoints import (FORMATS, SafetensorsModel, detect_format,  # noqa: E402
+                                quantized_modules, read_stored_linear)
+from hscale.pipelines import quantize_weight  # noqa: E402
+from hscale.quantize import REPORT_NAME, QuantizeRequest, quantize_model  # noqa: E402
 from hscale.reference import compute_global_scale, quantize  # noqa: E402
 from hscale.reference.global_scale import (multiplier_from_reciprocal,  # noqa: E402
                                            reciprocal_from_multiplier)
@@ -32,7 +33,7 @@ from hscale.reference.global_scale import (multiplier_from_reciprocal,  # noqa: 
 def _save_tiny(directory: Path, **config) -> Path:
     """The seeded tiny decoder, or (with config overrides) one built from its config directly,
     since build_tiny_decoder refuses layers NVFP4 cannot store."""
-    from hscale.models import build_tiny_decoder, tiny_decoder_config
+    from hscale.models.synthetic import build_tiny_decoder, tiny_decoder_config
     if config:
         from transformers import AutoModelForCausalLM
         torch.manual_seed(0)
@@ -66,7 +67,7 @@ def tiny_hessians(tiny, tmp_path_factory) -> Path:
 def _stored_and_expected(out: Path, source: Path, fmt: str, h=None, method="rtn", init="maxabs"):
     """Every stored Linear, with the reference's result for the s_g its file implies."""
     stored_model, original = SafetensorsModel(out), SafetensorsModel(source)
-    for module in iter_quantized_modules(stored_model, fmt):
+    for module in quantized_modules(stored_model, fmt):
         stored = read_stored_linear(stored_model, fmt, module)
         weight = original.array(f"{module}.weight")
         want = quantize(weight, None if h is None else h[module], method=method, init=init,
@@ -94,7 +95,7 @@ def test_rtn_checkpoint_stores_the_reference_result(tiny, tmp_path, fmt):
     assert [s["module"] for s in report.skipped] == ["lm_head"]
     source, written = SafetensorsModel(tiny), SafetensorsModel(out)
     for name in source.names():  # everything not quantized is carried over bit for bit
-        if name.endswith(".weight") and name[:-7] in set(iter_quantized_modules(written, fmt)):
+        if name.endswith(".weight") and name[:-7] in set(quantized_modules(written, fmt)):
             continue
         a, b = source.array(name), written.array(name)
         assert a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8)), name
@@ -198,7 +199,7 @@ def test_killed_at_random_points_never_leaves_an_output_that_looks_complete(tiny
     """SIGKILL at random moments of real runs: the output directory is either absent or
     complete (every planned tensor readable, configs and report written)."""
     out = tmp_path / "out"
-    script = ("import sys; from hscale.quantize_model import quantize_model; "
+    script = ("import sys; from hscale.quantize import quantize_model; "
               f"quantize_model(model_dir={str(tiny)!r}, out={str(out)!r}, method='rtn', "
               "progress=False, force=True)")
     start = time.perf_counter()
@@ -221,7 +222,7 @@ def test_killed_at_random_points_never_leaves_an_output_that_looks_complete(tiny
         written = SafetensorsModel(out)
         for name in written.names():
             written.array(name)  # every tensor readable
-        assert len(list(iter_quantized_modules(written, "compressed-tensors"))) == 14
+        assert len(list(quantized_modules(written, "compressed-tensors"))) == 14
         outcomes["complete"] += 1
     assert sum(outcomes.values()) == 12
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != "out"]
@@ -250,10 +251,11 @@ def test_bundled_minilm_checkpoint_loads_with_compressed_tensors(tmp_path):
     pytest.importorskip("compressed_tensors")
     from transformers import AutoModel, CompressedTensorsConfig
     from hscale.calibration import heldout_texts
-    from hscale.checkpoint import SafetensorsModel as Model
+    from hscale.checkpoints import SafetensorsModel as Model
     from hscale.models import minilm_model_dir
-    from hscale.quantize_model import (architecture_linears, calibrate, embedding_cosines,
-                                       model_directory, plan_layers)
+    from hscale.models import architecture_linears
+    from hscale.quantize import calibrate, model_directory, plan_layers
+    from hscale.evaluation.embeddings import embedding_cosines
     request = QuantizeRequest(progress=False)
     source = model_directory(request)
     plans = plan_layers(Model(source), architecture_linears(source), request.ignore)
@@ -321,7 +323,7 @@ def test_modelopt_checkpoint_decodes_with_modelopt(tiny, tmp_path):
                    progress=False)
     written = SafetensorsModel(out)
     counts = {"weights": 0, "modelopt != rule": 0, "modelopt != dequantize()": 0}
-    for module in iter_quantized_modules(written, "modelopt"):
+    for module in quantized_modules(written, "modelopt"):
         stored = read_stored_linear(written, "modelopt", module)
         rows, half = stored.packed.shape
         tensor = qtensor.NVFP4QTensor(torch.Size((rows, 2 * half)), torch.float32,
@@ -336,3 +338,52 @@ def test_modelopt_checkpoint_decodes_with_modelopt(tiny, tmp_path):
         counts["modelopt != dequantize()"] += int(np.sum(theirs != exact))
     print(f"\nModelOpt decoding of the tiny decoder's checkpoint: {counts}")
     assert counts["modelopt != rule"] == 0, counts
+
+
+def test_rtn_pipeline_quantizes_each_weight_once_and_checks_it_once(tiny, tiny_hessians,
+                                                                   tmp_path, monkeypatch):
+    """With the rtn pipeline the result's initial bytes are RTN's bytes at the same s_g, so the
+    report's RTN comparison encodes their codes instead of quantizing the weight a second time;
+    the weight's finiteness is checked once (by the backend's validation), not also by the
+    global scale's amax and by a second quantization."""
+    import hscale.backends
+    from hscale.quantize.run import rtn_counterpart
+    from hscale.reference import validation
+    calls = {"quantize": 0, "finite": 0}
+    backend = hscale.backends.get("numpy")
+    real_quantize, real_finite = backend.quantize, validation.check_weight_finite
+
+    def counting_quantize(*args, **kwargs):
+        calls["quantize"] += 1
+        return real_quantize(*args, **kwargs)
+
+    def counting_finite(weight):
+        calls["finite"] += 1
+        return real_finite(weight)
+
+    monkeypatch.setattr(backend, "quantize", counting_quantize)
+    monkeypatch.setattr(hscale.backends, "get", lambda name: backend)
+    monkeypatch.setattr(validation, "check_weight_finite", counting_finite)
+    report = quantize_model(model_dir=str(tiny), out=str(tmp_path / "once"), pipeline="rtn",
+                            method="hscale", hessian=str(tiny_hessians), progress=False)
+    layers = len(report.layers)
+    assert layers > 0 and calls == {"quantize": layers, "finite": layers}
+
+
+def test_the_rtn_comparison_is_rtn(tiny):
+    """What the report compares with, for each pipeline, is RTN (max-abs init) at the result's
+    s_g, bit for bit, whether encoded from the result's initial bytes or quantized."""
+    from hscale.backends import get
+    from hscale.quantize.run import rtn_counterpart
+    source = SafetensorsModel(tiny)
+    rng = np.random.default_rng(5)
+    for name in [n for n in source.names() if n.endswith("proj.weight")][:4]:
+        weight = source.array(name)
+        h = rng.uniform(0, 4, weight.shape[1])
+        s_g = compute_global_scale(float(np.max(np.abs(weight))))
+        expected = quantize(weight, method="rtn", global_scale=s_g)
+        for pipeline, init in (("rtn", "maxabs"), ("4over6", "4over6")):
+            result = quantize(weight, h, method="hscale", init=init, global_scale=s_g)
+            got = rtn_counterpart(weight, result, pipeline, get("numpy"))
+            assert np.array_equal(got.codes, expected.codes), (name, pipeline)
+            assert np.array_equal(got.scale_bytes, expected.scale_bytes), (name, pipeline)

@@ -20,11 +20,12 @@ import pytest
 from hscale.reference import SCALE_BYTE_VALUES, candidate_errors, priority_order
 from hscale.reference.e2m1 import E2M1_VALUES, encode_e2m1
 from hscale.reference.window import window_bytes
+from hscale import files
 from hscale.vectors import formats, hexio
 from hscale.judge.clauses import clause_ids
 from hscale.vectors.catalogue import DEFAULT_SEED, ORDER_TRAPS, clause_index, level0_cases
 from hscale.vectors.check import check, load_vectors, observed_lines
-from hscale.vectors.cli import add_vectors_parser, run_vectors
+from hscale.cli.vectors import add_parser as add_vectors_parser, run_vectors
 from hscale.vectors.docs import (BEGIN, END, EXAMPLE_BEGIN, EXAMPLE_END, block, clause_table,
                                  worked_example)
 from hscale.vectors.generate import generate_files, write_files
@@ -147,7 +148,7 @@ def test_npz_has_no_timestamps_and_matches_json():
     import zipfile
     path = LEVEL0 / "fp32_hscale_maxabs_K16_U6_C448.npz"
     with zipfile.ZipFile(path) as archive:
-        assert {info.date_time for info in archive.infolist()} == {formats.ZIP_DATE}
+        assert {info.date_time for info in archive.infolist()} == {files.ZIP_DATE}
     vectors = load_vectors(LEVEL0)
     with np.load(path, allow_pickle=False) as data:
         ids = list(data["case_ids"])
@@ -226,7 +227,7 @@ def test_verify_catches_a_changed_hex_file_even_with_a_fixed_manifest(level0_cop
 
 
 def test_verify_cli_exit_status(level0_copy):
-    run = [sys.executable, "-m", "hscale.vectors", "verify"]
+    run = [sys.executable, "-m", "hscale", "vectors", "verify"]
     ok = subprocess.run(run + [str(LEVEL0)], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     (level0_copy / "errors.json").write_text("{}")
@@ -420,3 +421,19 @@ def test_minilm_cases_carry_their_inputs_and_provenance():
         assert case.hessian_diag is not None and case.global_scale is not None
         assert "calibration" in case.provenance
         assert np.any(case.expected.delta != 0)
+
+
+def test_one_exact_construction_refuses_a_lost_zero_sign():
+    """The catalogue and the suite build exact inputs with one function. The catalogue's copy
+    compared values only, so a conversion that turned -0.0 into +0.0 passed; a -0.0 is an input
+    of its own (NVFP4-E2M1-3: the sign bit of w, so -0.0 codes as 0x8)."""
+    from hscale.judge import builders
+    from hscale.judge.cases import CaseError
+    from hscale.vectors import catalogue, sweeps
+    assert catalogue.exact is builders.exact and sweeps.exact is builders.exact
+    with pytest.raises(CaseError, match="not exact"):
+        builders.exact([1.0, -0.0], np.uint8)  # -0.0 -> 0 -> +0.0
+    with pytest.raises(CaseError, match="not exact"):
+        builders.exact([1.0 + 2.0 ** -30], np.float32)
+    kept = builders.exact([-0.0, np.nan, 1.5], builders.BF16)
+    assert np.signbit(kept[0]) and np.isnan(kept[1]) and kept[2] == 1.5

@@ -2,8 +2,8 @@
 against the original weights; the reports go into docs/checkpoints.md ("Checkpoints made by
 real tools"), the figures into docs/checkpoint-survey.json.
 
-    python -m hscale.checkpoint_survey              # every tool installed here
-    python -m hscale.checkpoint_survey --render     # only rewrite the docs section
+    python tools/checkpoint_survey.py               # every tool installed here
+    python tools/checkpoint_survey.py --render      # only rewrite the docs section
 
 The tools, each through its own production path:
 
@@ -21,7 +21,6 @@ across environments, as ``hscale interop``'s does).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -30,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from hscale.vectors.formats import write_text_atomically
+from hscale.cli.args import CommandParser
+from hscale.files import write_json, write_text
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 RESULTS = DOCS / "checkpoint-survey.json"
@@ -73,7 +73,7 @@ def build_modelopt(original: Path, out: Path, _h: Path) -> None:
 
 def build_hscale(fmt: str) -> Callable[[Path, Path, Path], None]:
     def build(original: Path, out: Path, h: Path) -> None:
-        from hscale.quantize_model import quantize_model
+        from hscale.quantize import quantize_model
         quantize_model(model_dir=str(original), out=str(out), pipeline="rtn", method="hscale",
                        format=fmt, hessian=str(h), progress=False)
     return build
@@ -107,7 +107,7 @@ def survey(tools, results: dict, log=sys.stdout) -> dict:
     from hscale.calibration import calibrate_minilm  # noqa: F401 - fails early without torch
     from hscale.check import check_checkpoint, format_report
     from hscale.models import minilm_model_dir, minilm_package_version
-    from hscale.quantize_model import QuantizeRequest, calibrate_to_file
+    from hscale.quantize import QuantizeRequest, calibrate_to_file
     original = minilm_model_dir()
     with tempfile.TemporaryDirectory(prefix="hscale-survey-") as work:
         work = Path(work)
@@ -177,12 +177,11 @@ def write_docs(results: dict, doc: Path = DOC) -> None:
         raise ValueError(f"{doc}: no {BEGIN} ... {END} section to replace")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    write_text_atomically(doc, head + render(results) + tail)
+    write_text(doc, head + render(results) + tail)
 
 
 def main(argv=None) -> int:
-    from hscale.cli import CommandParser
-    parser = CommandParser(prog="python -m hscale.checkpoint_survey",
+    parser = CommandParser(prog="python tools/checkpoint_survey.py",
                            description="Check checkpoints of the bundled MiniLM made by real "
                                        "tools and regenerate docs/checkpoints.md's section.")
     parser.add_argument("--render", action="store_true", help="only rewrite the docs section")
@@ -197,7 +196,7 @@ def main(argv=None) -> int:
             parser.error(f"--tools {args.tools}: no such tool; known: "
                          f"{', '.join(t.label for t in TOOLS)}")
         survey(tools, results)
-        write_text_atomically(RESULTS, json.dumps(results, indent=1) + "\n")
+        write_json(RESULTS, results)
     write_docs(results)
     print(f"written: {DOC}")
     return 0

@@ -1,6 +1,6 @@
 """GPU benchmark: the ``cupy`` and ``torch-cuda`` backends on large layers, against the reference.
 
-``python -m hscale.gpu_bench [--sizes 4096,8192,16384] [--configs rtn:maxabs,hscale:4over6,...]``
+``python tools/gpu_bench.py [--sizes 4096,8192,16384] [--configs rtn:maxabs,hscale:4over6,...]``
 
 For every square layer size and every (method, init) configuration, on the seeded layer of
 ``hscale bench`` (``hscale.bench.make_layer``), in one process:
@@ -36,7 +36,7 @@ import time
 import numpy as np
 
 from hscale.bench import FIELDS, identical, make_layer
-from hscale.cli import (CommandParser, UsageError, check_at_least, check_init, check_layer_cols,
+from hscale.cli.args import (CommandParser, UsageError, check_at_least, check_init, check_layer_cols,
                         check_method, check_output_file, check_plot_file, comma_separated,
                         error_text, fail, load_backend, plain_text)
 
@@ -328,7 +328,7 @@ def plot(results, path, ops_per_weight=240.0):
     os.replace(tmp, path)
 
 
-PROG = "python -m hscale.gpu_bench"
+PROG = "python tools/gpu_bench.py"
 
 
 def _whole_numbers(option: str, text: str) -> list[int]:

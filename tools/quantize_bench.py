@@ -1,12 +1,12 @@
 """Benchmarks of ``hscale quantize`` (figures for docs/performance.md; not timed tests).
 
-``python -m hscale.quantize_bench bundled``: the bundled all-MiniLM-L6-v2 end to end, each
+``python tools/quantize_bench.py bundled``: the bundled all-MiniLM-L6-v2 end to end, each
 pipeline with its baseline (method rtn) and with H-Scale, every run a fresh process (imports,
 calibration, quantization and writing counted, as a user waits for them); wall time and peak
 resident memory of each. The same again with calibration done once by ``hscale calibrate`` and
 read with ``--hessian``, which isolates what the H-Scale search itself adds.
 
-``python -m hscale.quantize_bench streaming --gib 4``: a synthetic Llama-shaped bfloat16
+``python tools/quantize_bench.py streaming --gib 4``: a synthetic Llama-shaped bfloat16
 checkpoint of that size in 1 GiB shards (seeded random weights, written tensor by tensor), then
 the RTN path on it in a fresh process: peak resident memory against the checkpoint's size.
 
@@ -46,7 +46,7 @@ def run_child(code: str) -> dict:
 
 def _quantize_code(out: str, **options) -> str:
     args = ", ".join(f"{k}={v!r}" for k, v in options.items())
-    return ("import json; from hscale.quantize_model import quantize_model; "
+    return ("import json; from hscale.quantize import quantize_model; "
             f"r = quantize_model(out={out!r}, force=True, progress=False, {args}); "
             "print(json.dumps({'seconds': r.seconds, 'summary': r.summary}))")
 
@@ -55,9 +55,10 @@ def bundled(work: Path, backend: str, out=sys.stdout) -> list[dict]:
     rows = []
     hessian = work / "h.safetensors"
     calibrate = run_child(
-        "from hscale.quantize_model import QuantizeRequest, calibrate, model_directory, "
-        "plan_layers, architecture_linears, save_hessians; "
-        "from hscale.checkpoint import SafetensorsModel; "
+        "from hscale.quantize import QuantizeRequest, calibrate, model_directory, plan_layers; "
+        "from hscale.models import architecture_linears; "
+        "from hscale.calibration import save_hessians; "
+        "from hscale.checkpoints import SafetensorsModel; "
         "r = QuantizeRequest(progress=False); d = model_directory(r); "
         "plans = plan_layers(SafetensorsModel(d), architecture_linears(d), r.ignore); "
         "h, H, facts = calibrate(d, [p.module for p in plans if p.quantize], r, True); "
@@ -95,7 +96,7 @@ def synthetic_checkpoint(directory: Path, gib: float, seed: int = 0) -> int:
     import torch
     import transformers
 
-    from hscale.checkpoint import ShardWriter, TensorInfo
+    from hscale.checkpoints import ShardWriter, TensorInfo
     per_layer = (4 * 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096) * 2
     embeddings = 2 * 32000 * 4096 * 2
     layers = max(1, math.ceil((gib * GiB - embeddings) / per_layer))
@@ -141,7 +142,7 @@ def streaming(work: Path, gib: float, backend: str, out=sys.stdout) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hscale.quantize_bench",
+    parser = argparse.ArgumentParser(prog="python tools/quantize_bench.py",
                                      description="Benchmarks of hscale quantize.")
     parser.add_argument("what", choices=("bundled", "streaming"))
     parser.add_argument("--gib", type=float, default=4.0, help="streaming: checkpoint size")

@@ -7,10 +7,10 @@ demand. Every file is a pure function of the stored inputs and the reference, so
 project's one case model, :class:`hscale.judge.cases.Case`.
 """
 
-from .catalogue import DEFAULT_SEED, level0_cases
+from .catalogue import DEFAULT_SEED, LEVEL0_DIR, level0_cases
 from .check import check, load_vectors, observed_lines
 from .generate import generate_files, write_files
 from .verify import verify_dir
 
-__all__ = ["DEFAULT_SEED", "check", "generate_files", "level0_cases", "load_vectors",
+__all__ = ["DEFAULT_SEED", "LEVEL0_DIR", "check", "generate_files", "level0_cases", "load_vectors",
            "observed_lines", "verify_dir", "write_files"]

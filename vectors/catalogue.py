@@ -13,6 +13,8 @@ search; ``tests/test_vectors.py`` re-checks each such property against the refer
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from hscale.judge.builders import BF16, F16, F32, exact
@@ -25,6 +27,8 @@ from .rand import CaseRandom
 from .ties import load_tie_table
 
 DEFAULT_SEED = 20240601
+#: The committed level-0 set (``hscale vectors generate --out vectors/level0``), as installed.
+LEVEL0_DIR = Path(__file__).resolve().parent / "level0"
 
 ONE = np.float32(1.0)
 MIDPOINTS = E2M1_MIDPOINTS

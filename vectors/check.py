@@ -32,12 +32,12 @@ from hscale.judge.cases import Case, Rejection
 from hscale.judge.diagnose import diagnose
 from hscale.judge.findings import plural
 from hscale.reference import QuantizedWeight, unpack_codes
+from hscale.reference.constants import GROUP_SIZE as GROUP
 
 from . import formats, hexio
 from .explain import missing_group
 from .serialize import MalformedVectors, read_case, read_vector_document
 
-GROUP = 16
 _HEX2 = re.compile(r"^[0-9a-fA-F]{2}$")
 _HEX8 = re.compile(r"^[0-9a-fA-F]{8}$")
 _HEX16 = re.compile(r"^[0-9a-fA-F]{16}$")

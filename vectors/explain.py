@@ -9,10 +9,10 @@ from hscale.judge.cases import Case, Rejection
 from hscale.judge.diagnose import INIT_TOPS, quotient_evidence
 from hscale.judge.findings import plural
 from hscale.reference import E2M1_VALUES, candidate_errors, decode_e4m3
+from hscale.reference.constants import GROUP_SIZE as GROUP
 
 from . import hexio
 
-GROUP = 16
 
 
 def missing_group(case: Case, row: int, group: int) -> str | None:

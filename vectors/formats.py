@@ -7,20 +7,17 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources
-import io
 import json
-import os
-import zipfile
-from pathlib import Path
 
 import numpy as np
 
-from hscale import SPEC_VERSION
+from hscale import SPEC_VERSION, files
+
+from hscale.judge.cases import Case, Rejection  # noqa: F401 - in Record's annotation
+from hscale.reference import QuantizedWeight  # noqa: F401 - in Record's annotation
+from hscale.reference.constants import GROUP_SIZE
 
 from . import hexio
-from hscale.judge.cases import Case, Rejection
-from hscale.reference import QuantizedWeight
-
 from .serialize import ERROR_SET, case_json, dtype_name, parameters_of
 
 Record = tuple[Case, "QuantizedWeight | Rejection"]  # a case and its expected outputs
@@ -29,7 +26,6 @@ FORMAT_NAME = "hscale-nvfp4-vectors"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 SHA256SUMS = "SHA256SUMS"
-GROUP_SIZE = 16
 
 CONVENTIONS = {
     "hex": "every number is the hex of its bits, lower case: weights in their native dtype, "
@@ -66,29 +62,6 @@ def set_header(set_name: str, level: int, seed: int, first_case: Case) -> dict:
 
 def dumps(document) -> str:
     return json.dumps(document, sort_keys=True, indent=1, ensure_ascii=True) + "\n"
-
-
-def write_bytes_atomically(path: Path, data: bytes) -> Path:
-    """``data`` at ``path``, written to a temporary name beside it and renamed when complete
-    (an interrupted write leaves the old file, never half a new one)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
-
-
-def write_text_atomically(path: Path, text: str) -> Path:
-    """``text`` (UTF-8) at ``path``, written as ``write_bytes_atomically`` writes."""
-    return write_bytes_atomically(path, text.encode("utf-8"))
-
-
-def write_json_atomically(path: Path, document) -> Path:
-    """``document`` as JSON at ``path``, written to a temporary name and renamed."""
-    return write_text_atomically(path, json.dumps(document, indent=1) + "\n")
 
 
 def read_data_json(name: str):
@@ -227,32 +200,6 @@ def gs_hex_text(header: dict, records: list[Record]) -> str:
 # .npz, written byte-for-byte deterministically
 # ------------------------------------------------------------------------------------------
 
-ZIP_DATE = (1980, 1, 1, 0, 0, 0)
-
-
-def _npy_bytes(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.lib.format.write_array(buffer, np.ascontiguousarray(array), version=(1, 0),
-                              allow_pickle=False)
-    return buffer.getvalue()
-
-
-def deterministic_zip(members: dict[str, bytes]) -> bytes:
-    """A stored (uncompressed) zip with fixed dates and attributes, members in sorted order.
-
-    Compression is off on purpose: deflate output may differ between zlib builds.
-    """
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
-        for name in sorted(members):
-            info = zipfile.ZipInfo(name, date_time=ZIP_DATE)
-            info.compress_type = zipfile.ZIP_STORED
-            info.create_system = 3
-            info.external_attr = 0o644 << 16
-            archive.writestr(info, members[name])
-    return buffer.getvalue()
-
-
 def npz_bytes(header: dict, records: list[Record]) -> bytes:
     """Arrays ``cNNN_<field>`` per case (NNN the case index), readable with
     ``np.load(path, allow_pickle=False)``. Weights are stored as their raw bits
@@ -277,7 +224,7 @@ def npz_bytes(header: dict, records: list[Record]) -> bytes:
         arrays[p + "packed"] = out.packed
         arrays[p + "swizzled_scale_bytes"] = out.swizzled_scale_bytes()
         arrays[p + "dequantized"] = out.dequantize()
-    return deterministic_zip({name + ".npy": _npy_bytes(a) for name, a in arrays.items()})
+    return files.npz_bytes(arrays)
 
 
 # ------------------------------------------------------------------------------------------

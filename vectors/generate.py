@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from hscale import files as output_files
 
 from . import formats
 from .catalogue import DEFAULT_SEED, clause_index, level0_cases
@@ -68,9 +69,7 @@ def write_files(out: Path, files: dict[str, bytes], clean: bool = True) -> None:
         path = out / name
         if path.is_file() and path.read_bytes() == data:
             continue  # leave the mtime of unchanged files alone
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        output_files.write_bytes(path, data)
 
 
 def _previous_files(out: Path) -> list[str]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from hscale.backends.interop import common
+from hscale.reference.constants import DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U
 from hscale.reference.global_scale import reciprocal_from_multiplier
 
 LIBRARY_MODULES = ("auto_round.data_type.nvfp", "auto_round.export.export_to_autoround.qlinear_fp")
@@ -44,8 +45,8 @@ class AutoRoundNVFP4:
     def available(self):
         return common.module_status(*LIBRARY_MODULES)
 
-    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16, U=6,
-                 scale_ceiling=448.0, global_scale=None):
+    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=DEFAULT_K,
+                 U=DEFAULT_U, scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None):
         import torch
         from auto_round.data_type.nvfp import calculate_gparam, nv_fp4
         from auto_round.export.export_to_autoround.qlinear_fp import QuantLinear

@@ -38,9 +38,10 @@ from __future__ import annotations
 import numpy as np
 
 from hscale.backends.interop import common
+from hscale.reference.constants import DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U, GROUP_SIZE
 from hscale.reference.global_scale import reciprocal_from_multiplier
 
-GROUP = 16
+GROUP = GROUP_SIZE
 
 
 class CompressedTensorsNVFP4:
@@ -110,8 +111,8 @@ class CompressedTensorsNVFP4:
         return NVFP4PackedCompressor.compress(state, scheme)
 
     # -- the protocol ---------------------------------------------------------------------------
-    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16, U=6,
-                 scale_ceiling=448.0, global_scale=None):
+    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=DEFAULT_K,
+                 U=DEFAULT_U, scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None):
         weight, ceiling, given = common.check_arguments(self, weight, hessian_diag, method, init,
                                                         K, U, scale_ceiling, global_scale)
         passed = common.ceiling_global_scale(weight, ceiling, given)

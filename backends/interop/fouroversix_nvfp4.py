@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from hscale.backends.interop import common
+from hscale.reference.constants import DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U
 from hscale.reference.global_scale import compute_global_scale
 
 LIBRARY_MODULE = "fouroversix.quantize.pytorch.reference"
@@ -51,8 +52,8 @@ class FourOverSixNVFP4:
     def available(self):
         return common.module_status(LIBRARY_MODULE)
 
-    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16, U=6,
-                 scale_ceiling=448.0, global_scale=None):
+    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=DEFAULT_K,
+                 U=DEFAULT_U, scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None):
         import torch
         from fouroversix.quantize.pytorch.reference import quantize_to_fp4
         from fouroversix.utils import DataType, RoundStyle, ScaleRule

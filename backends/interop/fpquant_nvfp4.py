@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from hscale.backends.interop import common
+from hscale.reference.constants import DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U
 from hscale.reference.global_scale import compute_global_scale, reciprocal_from_multiplier
 from hscale.reference.packing import unswizzle_scale_bytes
 
@@ -52,8 +53,8 @@ class FPQuantNVFP4:
             return False, "fp-quant's NVFP4 quantizer (QuTLASS fusedQuantizeNv) needs a CUDA device"
         return True, ""
 
-    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16, U=6,
-                 scale_ceiling=448.0, global_scale=None):
+    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=DEFAULT_K,
+                 U=DEFAULT_U, scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None):
         import torch
         from fp_quant.module.linear_fns import forward_quantize
         from fp_quant.utils import FPQuantDtype

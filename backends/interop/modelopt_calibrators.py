@@ -70,6 +70,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hscale.reference.constants import E4M3_MAX, GROUP_SIZE
+
 LIBRARY_MODULE = "modelopt.torch.quantization"
 
 #: The report's row name -> the algorithm key (``ALGORITHMS``) that runs it.
@@ -89,9 +91,8 @@ ALGORITHMS = {
     "local_hessian": {"method": "local_hessian", "fp8_scale_sweep": True},
 }
 
-BLOCK_SIZE = 16
+BLOCK_SIZE = GROUP_SIZE  # ModelOpt's block: NVFP4's group
 E2M1_MAX = 6.0
-E4M3_MAX = 448.0
 
 #: Why no calibrator runs without CUDA + Triton (nvidia-modelopt 0.47; line numbers there).
 NEEDS_CUDA_TRITON = (

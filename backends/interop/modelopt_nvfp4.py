@@ -32,6 +32,7 @@ import warnings
 import numpy as np
 
 from hscale.backends.interop import common
+from hscale.reference.constants import DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U
 
 LIBRARY_MODULE = "modelopt.torch.quantization.qtensor.nvfp4_tensor"
 
@@ -50,8 +51,8 @@ class ModelOptNVFP4:
             warnings.simplefilter("ignore")  # "transformers X is not tested with modelopt"
             return common.module_status(LIBRARY_MODULE)
 
-    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16, U=6,
-                 scale_ceiling=448.0, global_scale=None):
+    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=DEFAULT_K,
+                 U=DEFAULT_U, scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None):
         import torch
 
         with warnings.catch_warnings():

@@ -37,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from hscale.backends.interop import common
+from hscale.reference.constants import DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U
 
 LIBRARY_MODULE = "torchao.prototype.mx_formats.nvfp4_tensor"
 
@@ -56,8 +57,8 @@ class TorchaoNVFP4:
     def available(self):
         return common.module_status(LIBRARY_MODULE)
 
-    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=16, U=6,
-                 scale_ceiling=448.0, global_scale=None):
+    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=DEFAULT_K,
+                 U=DEFAULT_U, scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None):
         import torch
         from torchao.prototype.mx_formats.nvfp4_tensor import (NVFP4Tensor,
                                                                per_tensor_amax_to_scale)

@@ -1,8 +1,7 @@
-"""The ``hscale vectors`` command.
+"""The ``hscale vectors`` command: generate, verify, check, expect, explain, clauses.
 
-``add_vectors_parser(subparsers)`` adds the ``vectors`` sub-command to the ``hscale`` parser;
-``run_vectors(args)`` runs it and returns the exit status. ``python -m hscale.vectors ...``
-runs the same command on its own.
+``add_parser(subparsers)`` adds the ``vectors`` sub-command to the ``hscale`` parser;
+``run_vectors(args)`` runs it and returns the exit status.
 """
 
 from __future__ import annotations
@@ -10,20 +9,18 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import sys
 import time
 from pathlib import Path
 
-from hscale.cli import (CommandParser, UsageError, check_at_least, check_output_file,
-                        error_text, fail)
+from hscale.files import write_text
 from hscale.judge.findings import plural
-from hscale.vectors.formats import write_text_atomically
+from hscale.vectors import LEVEL0_DIR as DEFAULT_LEVEL0_DIR
 
-DEFAULT_LEVEL0_DIR = Path(__file__).resolve().parent / "level0"
+from .args import UsageError, check_at_least, check_output_file, error_text, fail
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    from .catalogue import DEFAULT_SEED
+    from hscale.vectors.catalogue import DEFAULT_SEED
 
     commands = parser.add_subparsers(dest="vectors_command", metavar="COMMAND")
     commands.required = True
@@ -62,7 +59,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                                            "implementation would produce for DIR")
     p.add_argument("dir", type=Path, nargs="?", default=DEFAULT_LEVEL0_DIR,
                    help="vector directory (default: the committed level-0 set)")
-    p.add_argument("--out", type=Path, default=None, help="file (default: standard output)")
+    p.add_argument("--out", default="-",
+                   help="file to write ('-', the default: standard output); never a device, a "
+                        "symbolic link or anything but a regular file")
     p.add_argument("--no-gs", action="store_true", help="leave out the 'gs' lines")
 
     p = commands.add_parser("explain", help="one group worked end to end: inputs, s_g, every "
@@ -79,7 +78,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     return parser
 
 
-def add_vectors_parser(subparsers) -> argparse.ArgumentParser:
+def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``vectors`` to the ``hscale`` command's sub-parsers."""
     parser = subparsers.add_parser(
         "vectors", help="golden test vectors: generate, verify, check third-party results",
@@ -112,8 +111,8 @@ def _generation_options(args) -> dict:
 
 
 def _generate(args) -> int:
-    from .formats import MANIFEST
-    from .generate import generate_files, write_files
+    from hscale.vectors.formats import MANIFEST
+    from hscale.vectors.generate import generate_files, write_files
     check_at_least("--seed", args.seed, 0)
     options = _generation_options(args)
     try:  # before the work: a directory that cannot be made fails now
@@ -124,7 +123,7 @@ def _generate(args) -> int:
     start = time.perf_counter()
     files = generate_files(args.level, args.seed, **options)
     if json.loads(files[MANIFEST])["case_count"] == 0:
-        from .sweeps import level1_cases
+        from hscale.vectors.sweeps import level1_cases
         sweeps = sorted({"-".join(case.id.split("-")[:2]) for case in level1_cases(args.seed)})
         raise UsageError(f"--subset {args.subset}: no level-1 case ID starts with it; the "
                          f"sweeps are {', '.join(sweeps)}")
@@ -147,7 +146,7 @@ def _run(args) -> int:
     if command == "generate":
         return _generate(args)
     if command == "verify":
-        from .verify import verify_dir
+        from hscale.vectors.verify import verify_dir
         problems = verify_dir(args.dir)
         for problem in problems:
             print(f"DRIFT {problem}")
@@ -159,38 +158,26 @@ def _run(args) -> int:
               "matches)")
         return 0
     if command == "check":
-        from .check import check
+        from hscale.vectors.check import check
         check_at_least("--errors", args.errors, 1)
         return check(args.dir, args.observed, max_errors=args.errors,
                      require_all=args.require_all)
     if command == "expect":
-        from .check import observed_lines
-        if args.out:
-            check_output_file("--out", args.out)  # before the work
-        text = "\n".join(observed_lines(args.dir, not args.no_gs)) + "\n"
-        if args.out:
-            write_text_atomically(args.out, text)
-        else:
-            sys.stdout.write(text)
+        from hscale.vectors.check import observed_lines
+        check_output_file("--out", args.out)  # before the work
+        write_text(args.out, "\n".join(observed_lines(args.dir, not args.no_gs)) + "\n")
         return 0
     if command == "explain":
-        from .check import load_vectors
-        from .explain import explain_group
+        from hscale.vectors.check import load_vectors
+        from hscale.vectors.explain import explain_group
         vectors = load_vectors(args.dir)
         if args.case not in vectors:
             raise UsageError(_unknown_case(args.case, vectors, args.dir))
         print(explain_group(*vectors[args.case], args.row, args.group))
         return 0
     if command == "clauses":
-        from .docs import clause_table
+        from hscale.vectors.docs import clause_table
         check_at_least("--seed", args.seed, 0)
         print(clause_table(args.seed))
         return 0
     raise AssertionError(command)
-
-
-def main(argv=None) -> int:
-    parser = CommandParser(prog="python -m hscale.vectors",
-                           description="Golden test vectors for H-Scale NVFP4.")
-    configure_parser(parser)
-    return run_vectors(parser.parse_args(argv))

@@ -1,4 +1,5 @@
-"""``hscale demo``: RTN, scale-only and H-Scale side by side on one layer."""
+"""``hscale demo``: RTN, scale-only and H-Scale side by side on one layer (by default the
+bundled MiniLM layer of ``default_layer``)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,17 @@ from pathlib import Path
 
 import numpy as np
 
-from hscale.cli import UsageError
 from hscale.reference.validation import check_hessian_diag, check_weight
 from hscale.reference.window import window_deltas
 
 METHODS = ("rtn", "scale-only", "hscale")
 LAYER_KEYS = ("weight", "hessian_diag")
+
+
+class LayerFileError(ValueError):
+    """A layer file that cannot be used: says which file and what is wrong with it."""
+
+
 LAYER_FORM = "np.savez(path, weight=W, hessian_diag=h) with W (m, n) and h (n,)"
 
 # What the columns of the report mean, printed under it.
@@ -31,14 +37,14 @@ gives up plain error in columns where h is small to cut the error where h is lar
 def load_layer(path) -> tuple[np.ndarray, np.ndarray, str]:
     """(weight, hessian_diag, name) from an .npz written by ``np.savez(path, weight=W,
     hessian_diag=h, name=...)``, checked as the quantize API checks them; every problem with
-    the file is a UsageError naming it."""
+    the file is a LayerFileError naming it."""
     where = f"--layer {path}"
     if not os.path.exists(path):
-        raise UsageError(f"{where}: no such file")
+        raise LayerFileError(f"{where}: no such file")
     if not os.path.isfile(path):
-        raise UsageError(f"{where}: not a file")
+        raise LayerFileError(f"{where}: not a file")
     if not zipfile.is_zipfile(path):
-        raise UsageError(f"{where}: not an .npz archive; write the layer with {LAYER_FORM}")
+        raise LayerFileError(f"{where}: not an .npz archive; write the layer with {LAYER_FORM}")
     arrays = {}
     try:
         with np.load(path, allow_pickle=False) as data:
@@ -46,10 +52,10 @@ def load_layer(path) -> tuple[np.ndarray, np.ndarray, str]:
             for key in (k for k in LAYER_KEYS + ("name",) if k in held):
                 arrays[key] = _read_array(data, key, where)
     except (OSError, EOFError, zipfile.BadZipFile) as error:
-        raise UsageError(f"{where}: a damaged .npz archive ({error})") from None
+        raise LayerFileError(f"{where}: a damaged .npz archive ({error})") from None
     missing = [key for key in LAYER_KEYS if key not in arrays]
     if missing:
-        raise UsageError(f"{where}: no {' and no '.join(map(repr, missing))} in the archive (it "
+        raise LayerFileError(f"{where}: no {' and no '.join(map(repr, missing))} in the archive (it "
                          f"holds {', '.join(map(repr, held)) or 'no arrays'}); write the layer "
                          f"with {LAYER_FORM}")
     name = str(arrays["name"]) if "name" in arrays else Path(path).name
@@ -57,7 +63,7 @@ def load_layer(path) -> tuple[np.ndarray, np.ndarray, str]:
         weight = check_weight(arrays["weight"])
         check_hessian_diag(arrays["hessian_diag"], weight.shape[1])
     except (ValueError, TypeError) as error:
-        raise UsageError(f"{where}: {error}") from None
+        raise LayerFileError(f"{where}: {error}") from None
     return arrays["weight"], arrays["hessian_diag"], name
 
 
@@ -66,9 +72,9 @@ def _read_array(data, key: str, where: str) -> np.ndarray:
         return data[key]
     except ValueError as error:
         if "Object arrays" in str(error):  # numpy refuses to unpickle: say what the array is
-            raise UsageError(f"{where}: {key!r} holds Python objects, not numbers; save a "
+            raise LayerFileError(f"{where}: {key!r} holds Python objects, not numbers; save a "
                              "numeric array (np.asarray(x, dtype=np.float32))") from None
-        raise UsageError(f"{where}: {key!r} cannot be read ({error})") from None
+        raise LayerFileError(f"{where}: {key!r} cannot be read ({error})") from None
 
 
 def layer_errors(weight: np.ndarray, dequantized: np.ndarray, hessian_diag: np.ndarray):

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from hscale.reference import QuantizedWeight, gptq_quantize, quantize
+from hscale.reference.constants import DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U
 
 # The clause a reference ValueError cites first: "... (spec NVFP4-IN-1)".
 _CLAUSE_IN_MESSAGE = re.compile(r"\(spec ([A-Z0-9]+(?:-[A-Z0-9]+)+)[,)]")
@@ -53,9 +54,9 @@ class Case:
     hessian_diag: Any = None
     method: Any = "hscale"
     init: Any = "maxabs"
-    K: Any = 16
-    U: Any = 6
-    scale_ceiling: Any = 448.0
+    K: Any = DEFAULT_K
+    U: Any = DEFAULT_U
+    scale_ceiling: Any = DEFAULT_SCALE_CEILING
     global_scale: Any = None
     pipeline: str = "quantize"
     id: str = ""

@@ -31,6 +31,7 @@ import numpy as np
 
 from hscale.reference import (E2M1_MIDPOINTS, SCALE_BYTE_VALUES, QuantizedWeight,
                               candidate_errors, encode_e2m1, pack_codes, unpack_codes)
+from hscale.reference.constants import GROUP_SIZE as GROUP
 from hscale.reference.global_scale import multiplier_from_reciprocal
 from hscale.reference.initial_scale import FOUR_OVER_SIX_TOPS, TOP_MAGNITUDE
 
@@ -39,7 +40,6 @@ from .cases import Case, Rejection, fp32_hex
 from .findings import Finding, plural
 from .profiles import EXACT, FORMAT, check_profile
 
-GROUP = 16
 #: Differences analysed in detail per kind; the rest are counted.
 LISTED = 24
 #: Results of at most this many weights also get the independent exact certificate.

@@ -1,7 +1,8 @@
 """A second, vectorised statement of the spec, written only to *check* a result.
 
-This module does not import ``hscale.reference``: every rule below is re-derived from
-docs/spec.md so that a result can be certified without trusting the reference. It serves
+This module uses none of the reference's rules (it takes only the group size, a number, from
+``hscale.reference.constants``): every rule below is re-derived from docs/spec.md so that a
+result can be certified without trusting the reference. It serves
 three purposes:
 
 - the **exact certificate** (``strict=True``): a result is accepted only if every initial byte,
@@ -23,9 +24,10 @@ from fractions import Fraction
 
 import numpy as np
 
+from hscale.reference.constants import GROUP_SIZE as GROUP
+
 from .findings import Finding
 
-GROUP = 16
 MAGNITUDES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 MIDPOINTS = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
 FIRST, LAST, FIRST_NORMAL = 0x01, 0x7E, 0x08

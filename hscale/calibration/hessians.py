@@ -1,0 +1,47 @@
+"""The file ``hscale calibrate`` writes and ``hscale quantize --hessian`` / ``hscale check
+--hessian`` read: safetensors with ``h.MODULE`` float64 (n,) per Linear, and ``H.MODULE``
+float64 (n, n) when calibrated with the full H (GPTQ needs it); the calibration facts (texts,
+tokens, sequence length) in its metadata."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from hscale import __version__, files
+
+
+def save_hessians(path, h: dict, H: dict, facts: dict) -> None:
+    """``h.MODULE`` float64 (n,) and ``H.MODULE`` (n, n) if full, to ``path`` (written to a
+    temporary name and renamed when complete)."""
+    from safetensors.numpy import save_file
+    tensors = {f"h.{name}": np.ascontiguousarray(v, np.float64) for name, v in h.items()}
+    tensors.update({f"H.{name}": np.ascontiguousarray(v, np.float64) for name, v in H.items()})
+    with files.replacing(path) as temporary:
+        save_file(tensors, str(temporary), metadata={"producer": f"hscale-nvfp4 {__version__}",
+                                                     "facts": json.dumps(facts)})
+
+
+def load_hessians(path, modules: list[str], full: bool):
+    """({module: h}, {module: H}) for ``modules`` from an ``hscale calibrate`` file."""
+    from safetensors import safe_open
+    h, H = {}, {}
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            names = set(f.keys())
+            for module in modules:
+                if f"h.{module}" not in names:
+                    raise ValueError(f"--hessian {path}: no h for {module} (calibrated for "
+                                     "another model or another ignore list?)")
+                h[module] = f.get_tensor(f"h.{module}")
+                if full:
+                    if f"H.{module}" not in names:
+                        raise ValueError(f"--hessian {path}: no full H for {module}; gptq needs "
+                                         "it: hscale calibrate --full")
+                    H[module] = f.get_tensor(f"H.{module}")
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - safetensors' own error type for a bad file
+        raise ValueError(f"--hessian {path}: unreadable ({exc})") from None
+    return h, H

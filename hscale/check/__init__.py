@@ -1,0 +1,145 @@
+"""``hscale check``: is an NVFP4 checkpoint, written by any tool, what its format and the spec say?
+
+Two depths (docs/checkpoints.md, "Checking a checkpoint"):
+
+* **The file alone** (structure and format). The format is detected from the configs
+  (``hscale.checkpoints.detect_format``); every quantized Linear must have its three tensors with
+  the layout's names, dtypes and shapes (NVFP4-CKPT-1, -2: packed ``(out, in/2)`` uint8, scale
+  bytes ``(out, in/16)`` float8_e4m3fn, the global scale float32); the config must say 4-bit
+  floats in groups of 16, and its ignore / exclude list must agree with what is stored; every
+  global scale must be a usable fp32 in the format's convention (the reciprocal for
+  compressed-tensors, the multiplier for ModelOpt, NVFP4-GS-4) and plausible against the
+  decoded weights; no scale byte may be NaN (NVFP4-E4M3-1) or negative, nor 0x00 under codes
+  that are not zero (NVFP4-ZERO-1); fused layers (q/k/v, gate/up, MoE w1/w3) must share one
+  global scale (NVFP4-CKPT-3). Counted for the reader: subnormal (0x01..0x07) and saturated
+  (0x7E) scale bytes, dead groups (every element decodes to zero), all-zero rows.
+* **With the original weights** (``--original``, and ``--hessian`` for h): every layer is
+  re-derived by the spec at the global scale its file implies (a pipeline's own s_g,
+  NVFP4-GS-3) and classified by the one diagnoser (``hscale.judge.diagnose``): *exact*
+  (byte for byte the reference's RTN, or H-Scale / scale-only / 4over6 when those reproduce
+  it), else *faithful* (the suite's certificate, with the allowances of docs/spec.md section 7
+  it needed, tried with none, then all, then only those used, as ``hscale interop`` does), else
+  *format* (a scale rule of its own: every byte on the ladder, every code the correct rounding
+  for the byte chosen), else not certified, with the findings. With h, each layer's output
+  error against RTN at the same s_g (``hscale.evaluation.quality.layer_quality``).
+
+The checkpoint is read shard by shard, tensor by tensor (``hscale.checkpoints.SafetensorsModel``):
+memory holds one layer's tensors, the original weight and its certificate's float64 copy.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hscale.checkpoints import CheckpointError, SafetensorsModel, open_checkpoint
+from hscale.models.architecture import fused_sets
+
+from .rederive import classify_layer
+from .report import CheckReport, LayerResult, format_report, write_report
+from .structure import config_problems, fused_set_problems, plausibility_problems, read_layer
+
+__all__ = ["CheckReport", "check_checkpoint", "format_report", "write_report"]
+
+
+def check_checkpoint(checkpoint, original=None, hessian=None) -> CheckReport:
+    """Check ``checkpoint`` (a directory), against the ``original`` model directory and
+    ``hessian`` (an ``hscale calibrate`` file) when given. A checkpoint or input that cannot be
+    read raises ``CheckpointError`` (one line naming the file); everything else it finds is in
+    the report."""
+    started = time.perf_counter()
+    checkpoint = Path(checkpoint)
+    detected, model, modules = open_checkpoint(checkpoint)
+    layout = detected.layout
+    report = CheckReport(str(checkpoint), layout.name, str(original) if original else None,
+                         str(hessian) if hessian else None)
+    source = _open_original(original, modules) if original else None
+    hessians = _open_hessians(hessian, modules) if hessian else None
+
+    linears, why_not = _architecture(checkpoint)
+    if linears is None:
+        report.notes.append(f"the model's architecture could not be built ({why_not}): shapes "
+                            "are checked against the packed codes, and Linears stored "
+                            "unquantized are not looked for")
+    problems, notes = config_problems(detected, model, modules, linears, checkpoint)
+    report.problems += problems
+    report.notes += notes
+
+    sets = fused_sets(modules)
+    set_amax = _fused_set_amax(source, sets) if source is not None else {}
+    hint = _recipe_hint(checkpoint)
+    for module, tensors in modules.items():
+        layer = LayerResult(module, dict(tensors), fused_with=sets[module])
+        arrays = read_layer(model, layout, layer, linears)
+        if arrays is not None and source is not None:
+            classify_layer(layer, arrays, source, hessians, set_amax, layout, hint)
+        report.layers.append(layer)
+
+    report.problems += fused_set_problems(report.layers, layout)
+    plausibility_problems(report.layers, layout)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _open_original(original, modules) -> SafetensorsModel:
+    """The original model, after checking (from its headers alone) that it holds a weight for
+    every quantized Linear: a wrong directory is a mistake said before any work."""
+    if not Path(original).is_dir():
+        raise CheckpointError(f"--original {original}: no such directory")
+    source = SafetensorsModel(original)
+    missing = [m for m in modules if f"{m}.weight" not in source.info]
+    if missing:
+        raise CheckpointError(f"--original {original}: has no {missing[0]}.weight"
+                              + (f" (nor {len(missing) - 1} other quantized Linears')"
+                                 if len(missing) > 1 else "")
+                              + ": not the model this checkpoint was made from?")
+    return source
+
+
+def _open_hessians(hessian, modules) -> SafetensorsModel:
+    path = Path(hessian)
+    if not path.is_file():
+        raise CheckpointError(f"--hessian {hessian}: no such file")
+    hessians = SafetensorsModel(path)
+    if not any(f"h.{m}" in hessians.info for m in modules):
+        raise CheckpointError(f"--hessian {hessian}: holds no h.MODULE for any quantized Linear "
+                              "of the checkpoint (hscale calibrate writes them)")
+    return hessians
+
+
+def _architecture(directory: Path):
+    """({module: (out, in)} of every nn.Linear of the model's architecture, None) or (None, why)."""
+    try:
+        from hscale.models.architecture import architecture_linears
+        return architecture_linears(directory), ""
+    except Exception as exc:  # noqa: BLE001 - any failure: the check goes on without it
+        return None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _recipe_hint(directory: Path) -> tuple | None:
+    """(method, init) from an hscale quantize report beside the checkpoint: tried first (the
+    layers must still reproduce exactly)."""
+    from hscale.pipelines import PIPELINES
+    from hscale.quantize.report import REPORT_NAME
+    try:
+        request = json.loads((directory / REPORT_NAME).read_text())["request"]
+        return request["method"], PIPELINES[request["pipeline"]].init
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _fused_set_amax(source: SafetensorsModel, sets: dict) -> dict:
+    """module -> the largest amax of its fused set's original weights (NVFP4-CKPT-3), for the
+    sets of more than one member (one extra read of their weights)."""
+    amax: dict = {}
+    for members in {s for s in sets.values() if len(s) > 1}:
+        values = []
+        for member in members:
+            weight = source.array(f"{member}.weight")
+            values.append(max(float(np.max(weight)), -float(np.min(weight))) if weight.size
+                          else 0.0)
+        amax.update({m: max(values) for m in members})
+    return amax

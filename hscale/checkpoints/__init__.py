@@ -1,0 +1,26 @@
+"""NVFP4 checkpoints on disk: the one reader and writer of each layout (``hscale quantize``,
+``hscale check``, ``hscale convert``).
+
+- ``safetensors``: the container, read lazily and written tensor by tensor (``ShardWriter``);
+- ``layouts``: the layouts engines load, one class each (compressed-tensors, ModelOpt): tensor
+  names, the global scale's convention, the quantization config (NVFP4-CKPT-1, -2);
+- ``stored``: the quantized Linears of a checkpoint as stored, and decoded (NVFP4-DEQ-1);
+- ``convert``: one layout to the other, losslessly (``hscale convert``).
+
+Everything else a model directory holds (other tensors, tokenizer, configs, sentence-transformers
+modules) is carried over unchanged. Outputs are written under a hidden temporary name and
+renamed when complete (``hscale.files.OutputDirectory``).
+"""
+
+from .layouts import (FORMATS, LAYOUTS, MODELOPT_CONFIG, ROLE_DTYPES, CheckpointFormat, Layout,
+                      detect_format, layout_named, reciprocals_of)
+from .safetensors import (DEFAULT_MAX_SHARD_BYTES, CheckpointError, SafetensorsModel,
+                          ShardWriter, TensorInfo, copy_side_files, read_header)
+from .stored import (StoredLinear, checkpoint_weights, open_checkpoint, quantized_modules,
+                     read_stored_linear)
+
+__all__ = ["DEFAULT_MAX_SHARD_BYTES", "FORMATS", "LAYOUTS", "MODELOPT_CONFIG", "ROLE_DTYPES",
+           "CheckpointError", "CheckpointFormat", "Layout", "SafetensorsModel", "ShardWriter",
+           "StoredLinear", "TensorInfo", "checkpoint_weights", "copy_side_files",
+           "detect_format", "layout_named", "open_checkpoint", "quantized_modules", "read_header",
+           "read_stored_linear", "reciprocals_of"]

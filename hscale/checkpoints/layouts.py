@@ -1,0 +1,475 @@
+"""The NVFP4 checkpoint layouts engines load, one class each (docs/spec.md NVFP4-CKPT-1, -2;
+sources in docs/checkpoints.md).
+
+* **compressed-tensors** ``nvfp4-pack-quantized`` (llm-compressor writes it, vLLM and SGLang
+  load it): per quantized Linear ``X``, ``X.weight_packed`` uint8 (out, in/2),
+  ``X.weight_scale`` float8_e4m3fn (out, in/16), ``X.weight_global_scale`` float32 (1,) holding
+  the *reciprocal* ``r = fp32(1/s_g)`` (NVFP4-GS-4); ``quantization_config`` in config.json.
+* **modelopt** (ModelOpt's NVFP4 export; TensorRT-LLM, vLLM and SGLang load it): ``X.weight``
+  uint8 (out, in/2), ``X.weight_scale`` float8_e4m3fn (out, in/16), ``X.weight_scale_2``
+  float32 () holding the *multiplier* s_g; ``hf_quant_config.json`` beside config.json.
+
+Everything that differs between them is a method or an attribute of its class: the tensor
+names, the global scale's convention and shape, where the quantization config lives and what it
+must say, its ignore list's syntax. The code that reads, writes, checks or converts checkpoints
+asks the layout and never names one.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from hscale.reference import GROUP_SIZE, QuantizedWeight
+from hscale.reference.global_scale import (FP32_SMALLEST_NORMAL, multiplier_from_reciprocal,
+                                           reciprocal_from_multiplier)
+
+from .safetensors import CheckpointError, SafetensorsModel, TensorInfo
+
+#: What each role's tensor must be: its safetensors dtype.
+ROLE_DTYPES = {"packed": "U8", "scale": "F8_E4M3", "global": "F32"}
+#: The keys of a compressed-tensors weights quantization that say NVFP4.
+CT_NVFP4_WEIGHTS = {"num_bits": 4, "type": "float", "strategy": "tensor_group",
+                    "group_size": GROUP_SIZE, "symmetric": True}
+CT_FORMAT_NAME = "nvfp4-pack-quantized"
+MODELOPT_CONFIG = "hf_quant_config.json"
+# ModelOpt's names of NVFP4 weights: NVFP4 (its W4A4 recipe, activations quantized too) and
+# W4A16_NVFP4 (weights only). The weight tensors are the same in both.
+MODELOPT_NVFP4_ALGOS = ("NVFP4", "W4A16_NVFP4")
+#: A converted checkpoint's config keeps its source's under this key, so that converting back
+#: restores it.
+CONVERTED_FROM = "converted_from"
+
+
+@dataclass
+class CheckpointFormat:
+    """What a directory's configs say: its layout, the modules they exclude, and the layout's
+    quantization config as stored."""
+
+    layout: "Layout"
+    ignore: list[str] = field(default_factory=list)
+    config: dict = field(default_factory=dict)
+    config_name: str = "config.json"  # the file it was read from
+
+    @property
+    def format(self) -> str:
+        return self.layout.name
+
+
+class Layout:
+    """One on-disk NVFP4 layout. Subclasses give the attributes and the config methods."""
+
+    name: str
+    clause: str  # the clause that defines it
+    suffixes: dict  # role -> the suffix of its tensor's name
+    global_shape: tuple  # the global scale's shape
+    stores_reciprocal: bool  # the global scale stored as r = fp32(1/s_g) (NVFP4-GS-4)
+    config_file: str  # the file whose quantization config says "NVFP4"
+    ignore_key: str  # its list of modules left unquantized
+
+    def __repr__(self) -> str:
+        return f"<layout {self.name}>"
+
+    # -- tensor names ---------------------------------------------------------------------
+    def tensor_names(self, module: str) -> dict[str, str]:
+        """role -> tensor name of one quantized Linear: roles ``packed``, ``scale``, ``global``."""
+        return {role: module + suffix for role, suffix in self.suffixes.items()}
+
+    def tensor_infos(self, module: str, rows: int, cols: int) -> list[TensorInfo]:
+        """The tensors one quantized (rows, cols) Linear takes, in the order they are written."""
+        names = self.tensor_names(module)
+        return [TensorInfo(names["packed"], ROLE_DTYPES["packed"], (rows, cols // 2)),
+                TensorInfo(names["scale"], ROLE_DTYPES["scale"], (rows, cols // GROUP_SIZE)),
+                TensorInfo(names["global"], ROLE_DTYPES["global"], self.global_shape)]
+
+    def module_of(self, name: str, info: TensorInfo) -> str | None:
+        """The quantized Linear a tensor belongs to, from its name (its scale or global scale,
+        or what only this layout's packed codes look like), else None."""
+        for role in ("scale", "global"):
+            if name.endswith(self.suffixes[role]):
+                return name[: -len(self.suffixes[role])]
+        return None
+
+    def module_tensors(self, model: SafetensorsModel) -> dict[str, dict[str, str]]:
+        """module -> {role: tensor name} of every quantized Linear a checkpoint holds any
+        tensor of, in file order; a role whose tensor is missing is absent from the inner
+        dict."""
+        modules: dict[str, dict[str, str]] = {}
+        for name, info in model.info.items():
+            module = self.module_of(name, info)
+            if module is not None and module not in modules:
+                modules[module] = {role: n for role, n in self.tensor_names(module).items()
+                                   if n in model.info}
+        return modules
+
+    # -- the global scale -----------------------------------------------------------------
+    def stored_global_scale(self, global_scale) -> np.float32:
+        """What the file holds for the multiplier s_g (NVFP4-GS-4)."""
+        if self.stores_reciprocal:
+            return reciprocal_from_multiplier(global_scale)
+        return np.float32(global_scale)
+
+    def implied_global_scale(self, stored) -> np.float32:
+        """The multiplier s_g a stored global scale means (NVFP4-GS-4)."""
+        if self.stores_reciprocal:
+            return multiplier_from_reciprocal(stored)
+        return np.float32(stored)
+
+    def writable_global_scale(self, global_scale) -> np.float32:
+        """The s_g to quantize with so that the file means exactly it: for a reciprocal layout
+        the multiplier its stored reciprocal reads back as (one ulp away for ~17% of values,
+        NVFP4-GS-4), so that the stored bytes are the reference's for what a reader sees."""
+        return self.implied_global_scale(self.stored_global_scale(global_scale))
+
+    def can_store(self, global_scale) -> bool:
+        """Whether some stored value reads back as exactly this s_g (NVFP4-GS-4)."""
+        return not self.stores_reciprocal or bool(reciprocals_of(global_scale))
+
+    def stored_global_scale_problem(self, value: float, shown: str) -> tuple[str, str] | None:
+        """(clause, what is wrong) when a stored global scale (``shown``: its value as a message
+        prints it) is not usable: a positive normal fp32, for a reciprocal one whose
+        reciprocal is a normal fp32 too (NVFP4-GS-2, -4); None when it is."""
+        if self.stores_reciprocal:
+            if np.isfinite(value) and FP32_SMALLEST_NORMAL <= value <= 2.0 ** 126:
+                return None
+            return "NVFP4-GS-4", (f"the stored reciprocal r = {shown} is not a positive normal "
+                                  "fp32 whose reciprocal is a normal fp32")
+        if np.isfinite(value) and value >= FP32_SMALLEST_NORMAL:
+            return None
+        return "NVFP4-GS-2", f"s_g = {shown}: a global scale is a positive normal fp32"
+
+    @property
+    def convention(self) -> str:
+        return "the reciprocal r" if self.stores_reciprocal else "the multiplier s_g"
+
+    def global_scale_array(self, stored) -> np.ndarray:
+        """The stored value as the tensor this layout writes."""
+        return np.array(stored, np.float32).reshape(self.global_shape)
+
+    def tensors(self, module: str, result: QuantizedWeight) -> dict[str, np.ndarray]:
+        """name -> array to write, for one quantized Linear (in ``tensor_infos`` order)."""
+        names = self.tensor_names(module)
+        stored = self.stored_global_scale(result.global_scale)
+        if self.implied_global_scale(stored) != np.float32(result.global_scale):
+            raise CheckpointError(
+                f"{module}: quantized with s_g = {float(result.global_scale)!r}, which a "
+                f"{self.name} file cannot hold exactly (its reciprocal reads back as "
+                f"{float(self.implied_global_scale(stored))!r}); quantize with "
+                "writable_global_scale(s_g) (spec NVFP4-GS-4)")
+        return {names["packed"]: np.asarray(result.packed, np.uint8),
+                names["scale"]: np.asarray(result.scale_bytes, np.uint8),
+                names["global"]: self.global_scale_array(stored)}
+
+    # -- configs: subclasses --------------------------------------------------------------
+    def config(self, ignore: Iterable[str], version: str) -> dict:
+        """The quantization config of a weights-only NVFP4 checkpoint this project writes."""
+        raise NotImplementedError
+
+    def detect(self, directory: Path, config: dict) -> CheckpointFormat | None:
+        """This layout's reading of a directory's configs (``config``: config.json's), or None
+        when they are not this layout's; a CheckpointError when they are but say something
+        that is not NVFP4."""
+        raise NotImplementedError
+
+    def take_original(self, directory: Path, config: dict) -> dict:
+        """Remove this layout's quantization configs from ``directory`` and from ``config``
+        (config.json's content, edited in place); returns them keyed by where they were, as
+        ``restore`` puts them back."""
+        raise NotImplementedError
+
+    def converted_from(self, original: dict) -> dict:
+        """The ``converted_from`` record a conversion left in these configs ({} if none)."""
+        raise NotImplementedError
+
+    def restore(self, directory: Path, config: dict, kept: dict) -> bool:
+        """Put back the configs ``kept`` holds of this layout (a ``converted_from`` record);
+        False when it holds none."""
+        raise NotImplementedError
+
+    def place_config(self, directory: Path, config: dict, document: dict) -> None:
+        """Put ``document`` where this layout keeps its quantization config (``config``:
+        config.json's content, edited in place)."""
+        raise NotImplementedError
+
+    def write_config(self, directory: Path, ignore: Iterable[str], version: str) -> None:
+        """The config of a weights-only checkpoint this project wrote, in ``directory``."""
+        config_path = Path(directory) / "config.json"
+        config = json.loads(config_path.read_text())
+        self.take_original(Path(directory), config)
+        self.place_config(Path(directory), config, self.config(ignore, version))
+        config_path.write_text(json.dumps(config, indent=2) + "\n")
+
+    def config_findings(self, detected: CheckpointFormat,
+                        model: SafetensorsModel) -> tuple[list[str], list[str]]:
+        """(problems, notes): what the quantization config says that is not weights-only
+        NVFP4 of this layout (problems cite ``self.clause``), and what a reader should know."""
+        raise NotImplementedError
+
+    def quantizes_more_than_weights(self, detected: CheckpointFormat) -> str | None:
+        """What the config quantizes besides the weights (activations, the KV cache), or None."""
+        raise NotImplementedError
+
+    def ignore_entries(self, ignore: Iterable[str], source: "Layout", modules: list[str],
+                       quantized) -> list[str]:
+        """``source``'s ignore list in this layout's syntax (``modules``: the Linears stored
+        unquantized candidates, ``quantized``: those stored quantized)."""
+        raise NotImplementedError
+
+
+class CompressedTensors(Layout):
+    name = "compressed-tensors"
+    clause = "NVFP4-CKPT-1"
+    suffixes = {"packed": ".weight_packed", "scale": ".weight_scale",
+                "global": ".weight_global_scale"}
+    global_shape = (1,)
+    stores_reciprocal = True
+    config_file = "config.json"
+    ignore_key = "ignore"
+
+    def module_of(self, name, info):
+        if name.endswith(self.suffixes["packed"]):
+            return name[: -len(self.suffixes["packed"])]
+        return super().module_of(name, info)
+
+    def config(self, ignore, version):
+        """config.json's ``quantization_config`` for NVFP4A16 (weights NVFP4, activations
+        kept), as llm-compressor writes it."""
+        weights = {**CT_NVFP4_WEIGHTS, "dynamic": False, "actorder": None,
+                   "block_structure": None, "observer": "minmax", "observer_kwargs": {}}
+        return {
+            "quant_method": "compressed-tensors",
+            "format": CT_FORMAT_NAME,
+            "quantization_status": "compressed",
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights,
+                                          "input_activations": None, "output_activations": None,
+                                          "format": CT_FORMAT_NAME}},
+            "ignore": sorted(ignore),
+            "kv_cache_scheme": None,
+            "global_compression_ratio": None,
+            "sparsity_config": {},
+            "producer": {"name": "hscale-nvfp4", "version": version},
+        }
+
+    def detect(self, directory, config):
+        quant = config.get("quantization_config") or {}
+        if quant.get("quant_method") != "compressed-tensors":
+            return None
+        if quant.get("format") != CT_FORMAT_NAME:
+            raise CheckpointError(f"{directory / 'config.json'}: compressed-tensors format "
+                                  f"{quant.get('format')!r}, not {CT_FORMAT_NAME!r} (NVFP4)")
+        return CheckpointFormat(self, list(quant.get("ignore") or []), quant)
+
+    def take_original(self, directory, config):
+        return {"quantization_config": config.pop("quantization_config", None)}
+
+    def converted_from(self, original):
+        return (original.get("quantization_config") or {}).get(CONVERTED_FROM) or {}
+
+    def restore(self, directory, config, kept):
+        if kept.get("format") != self.name or "quantization_config" not in kept:
+            return False
+        config["quantization_config"] = kept["quantization_config"]
+        return True
+
+    def place_config(self, directory, config, document):
+        config["quantization_config"] = document
+
+    def config_findings(self, detected, model):
+        problems, notes = [], []
+        config = detected.config
+        if config.get("quantization_status", "compressed") != "compressed":
+            problems.append(f"quantization_status {config.get('quantization_status')!r}: a "
+                            "checkpoint with packed codes says 'compressed'")
+        groups = config.get("config_groups") or {}
+        if not groups:
+            problems.append("quantization_config has no config_groups: nothing says the "
+                            "weights are NVFP4")
+        for name, group in groups.items():
+            weights = (group or {}).get("weights") if isinstance(group, dict) else None
+            if not weights:
+                problems.append(f"config group {name!r} has no weights quantization")
+                continue
+            for key, value in CT_NVFP4_WEIGHTS.items():
+                if weights.get(key) != value:
+                    problems.append(f"config group {name!r}: weights {key} "
+                                    f"{weights.get(key)!r}, NVFP4 is {value!r}")
+            if group.get("format") not in (None, CT_FORMAT_NAME):
+                problems.append(f"config group {name!r}: format {group.get('format')!r}, not "
+                                f"{CT_FORMAT_NAME!r}")
+            if group.get("input_activations"):
+                notes.append(f"config group {name!r} quantizes activations too: only the "
+                             "weights are checked")
+        return problems, notes
+
+    def quantizes_more_than_weights(self, detected):
+        for name, group in (detected.config.get("config_groups") or {}).items():
+            if isinstance(group, dict) and group.get("input_activations"):
+                return f"config group {name!r} quantizes activations"
+        if detected.config.get("kv_cache_scheme"):
+            return "a kv_cache_scheme quantizes the KV cache"
+        return None
+
+    def ignore_entries(self, ignore, source, modules, quantized):
+        """Names stay; a glob becomes ``re:`` its regular expression (compressed-tensors'
+        entries are names or ``re:`` expressions)."""
+        if source is self:
+            return list(ignore)
+        return [f"re:{fnmatch.translate(p)}" if any(c in p for c in "*?[") else p
+                for p in ignore]
+
+
+class ModelOpt(Layout):
+    name = "modelopt"
+    clause = "NVFP4-CKPT-2"
+    suffixes = {"packed": ".weight", "scale": ".weight_scale", "global": ".weight_scale_2"}
+    global_shape = ()
+    stores_reciprocal = False
+    config_file = MODELOPT_CONFIG
+    ignore_key = "exclude_modules"
+
+    def module_of(self, name, info):
+        # a .weight stored as uint8 is packed codes: no other Linear weight is uint8
+        if name.endswith(".weight") and info.dtype == "U8":
+            return name[: -len(".weight")]
+        return super().module_of(name, info)
+
+    def config(self, ignore, version):
+        """``hf_quant_config.json`` of a ModelOpt NVFP4 export of the weights only: ModelOpt's
+        and vLLM's name for it is W4A16_NVFP4 (their ``NVFP4`` also quantizes activations, and
+        a loader then looks for each Linear's ``input_scale``)."""
+        return {"producer": {"name": "hscale-nvfp4", "version": version},
+                "quantization": {"quant_algo": "W4A16_NVFP4", "group_size": GROUP_SIZE,
+                                 "exclude_modules": sorted(ignore), "kv_cache_quant_algo": None}}
+
+    def detect(self, directory, config):
+        path = directory / MODELOPT_CONFIG
+        if path.is_file():
+            try:
+                document = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                raise CheckpointError(f"{path}: unreadable ({exc})") from None
+            quant = document.get("quantization") or {}
+            if quant.get("quant_algo") not in MODELOPT_NVFP4_ALGOS:
+                raise CheckpointError(f"{path}: quant_algo {quant.get('quant_algo')!r}, not one "
+                                      f"of {', '.join(MODELOPT_NVFP4_ALGOS)}")
+            return CheckpointFormat(self, list(quant.get("exclude_modules") or []), document,
+                                    MODELOPT_CONFIG)
+        quant = config.get("quantization_config") or {}
+        if quant.get("quant_method") != "modelopt":
+            return None
+        if quant.get("quant_algo") not in MODELOPT_NVFP4_ALGOS:
+            raise CheckpointError(f"{directory / 'config.json'}: modelopt quant_algo "
+                                  f"{quant.get('quant_algo')!r}, not one of "
+                                  f"{', '.join(MODELOPT_NVFP4_ALGOS)}")
+        return CheckpointFormat(self, list(quant.get("exclude_modules") or []), quant)
+
+    def take_original(self, directory, config):
+        path = directory / MODELOPT_CONFIG
+        original = {"hf_quant_config": json.loads(path.read_text()) if path.is_file() else None}
+        path.unlink(missing_ok=True)
+        in_config = config.pop("quantization_config", None)
+        if in_config is not None:  # a ModelOpt export may say it in config.json too
+            original["config_quantization_config"] = in_config
+        return original
+
+    def converted_from(self, original):
+        document = original.get("hf_quant_config") or original.get("config_quantization_config")
+        return (document or {}).get(CONVERTED_FROM) or {}
+
+    def restore(self, directory, config, kept):
+        if kept.get("format") != self.name or "hf_quant_config" not in kept:
+            return False
+        if kept["hf_quant_config"] is not None:
+            self.place_config(directory, config, kept["hf_quant_config"])
+        if "config_quantization_config" in kept:
+            config["quantization_config"] = kept["config_quantization_config"]
+        return True
+
+    def place_config(self, directory, config, document):
+        (directory / MODELOPT_CONFIG).write_text(json.dumps(document, indent=2) + "\n")
+
+    def config_findings(self, detected, model):
+        problems, notes = [], []
+        quant = detected.config.get("quantization", detected.config)
+        if quant.get("group_size") != GROUP_SIZE:
+            problems.append(f"group_size {quant.get('group_size')!r}, NVFP4 is {GROUP_SIZE}")
+        if quant.get("quant_algo") == "NVFP4" and not any(
+                name.endswith(".input_scale") for name in model.info):
+            notes.append(f"{detected.config_name} says quant_algo NVFP4, ModelOpt's W4A4 recipe, but "
+                         "no input_scale tensors are stored: a loader that quantizes "
+                         "activations finds no scales for them (ModelOpt names weights-only "
+                         "NVFP4 W4A16_NVFP4); only the weights are checked")
+        return problems, notes
+
+    def quantizes_more_than_weights(self, detected):
+        if (detected.config.get("quantization") or detected.config).get("kv_cache_quant_algo"):
+            return "kv_cache_quant_algo is set: the KV cache is quantized"
+        return None
+
+    def ignore_entries(self, ignore, source, modules, quantized):
+        """Names and fnmatch patterns stay; each ``re:`` expression is replaced by the
+        unquantized modules it matches (ModelOpt's entries are fnmatch patterns)."""
+        out = []
+        for entry in ignore:
+            if entry.startswith("re:"):
+                out += [m for m in modules if m not in quantized and re.match(entry[3:], m)]
+            else:
+                out.append(entry)
+        return list(dict.fromkeys(out))
+
+
+#: Every layout, by name: the choices of ``--format`` and ``--to``.
+LAYOUTS = {layout.name: layout for layout in (CompressedTensors(), ModelOpt())}
+FORMATS = tuple(LAYOUTS)
+
+
+def layout_named(name) -> Layout:
+    """The layout called ``name`` (a Layout is returned as it is), or a CheckpointError."""
+    if isinstance(name, Layout):
+        return name
+    if name not in LAYOUTS:
+        raise CheckpointError(f"format {name!r}: one of {', '.join(FORMATS)}")
+    return LAYOUTS[name]
+
+
+def detect_format(directory) -> CheckpointFormat:
+    """The NVFP4 layout of a checkpoint directory, from its configs, or a CheckpointError."""
+    directory = Path(directory)
+    config_path = directory / "config.json"
+    config = {}
+    if config_path.is_file():
+        try:
+            config = json.loads(config_path.read_text())
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"{config_path}: unreadable ({exc})") from None
+    for layout in LAYOUTS.values():
+        detected = layout.detect(directory, config)
+        if detected is not None:
+            return detected
+    raise CheckpointError(f"{directory}: not an NVFP4 checkpoint (no compressed-tensors "
+                          f"quantization_config in config.json, no {MODELOPT_CONFIG})")
+
+
+def reciprocals_of(global_scale) -> list[np.float32]:
+    """Every fp32 ``r`` that reads back as the multiplier ``global_scale``
+    (``fp32(1 / r) == s_g``, NVFP4-GS-4), nearest to ``1 / s_g`` first: none for about 17% of
+    fp32 values, two for as many others, else one. (They lie within an ulp or two of
+    ``fp32(1 / s_g)``: the reciprocal map stretches or shrinks fp32 spacing by at most 2.)"""
+    canonical = reciprocal_from_multiplier(global_scale)
+    candidates = [canonical]
+    for direction in (np.float32(0), np.float32(np.inf)):
+        neighbour = canonical
+        for _ in range(2):
+            neighbour = np.nextafter(neighbour, direction)
+            candidates.append(neighbour)
+    exact = 1 / Fraction(float(np.float32(global_scale)))
+    readable = [r for r in candidates if np.isfinite(r) and r > 0
+                and multiplier_from_reciprocal(r) == np.float32(global_scale)]
+    return sorted(readable, key=lambda r: abs(Fraction(float(r)) - exact))

@@ -1,0 +1,64 @@
+"""The hscale command: quantize a model into a checkpoint engines load (quantize, with its
+calibration on its own: calibrate), quantize a layer with RTN, scale-only and H-Scale side by
+side (demo), time the backends against the reference (bench), and generate, verify and check
+the golden test vectors (vectors). Every command and its exit codes: docs/cli.md.
+
+Exit codes: 0 success; 1 the work ran and found a difference (a mismatch, vectors that drifted,
+a result that does not conform); 2 a user error (a bad argument, an input that cannot be read,
+a backend or library that is missing), said in one line on stderr before any work starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from . import bench, checkpoints, demo, interop, quantize, report, vectors
+from .args import EXIT_OK, CommandParser, error_text, fail, plain_text
+
+#: Commands that own their whole argument list (``hscale bench --help``): the dispatcher hands
+#: them everything after their name.
+OWN_PARSERS = {"bench": bench.main, "interop": interop.main}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from hscale import __version__
+
+    parser = CommandParser(prog="hscale", description=plain_text(__doc__),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"hscale {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo.add_parser(commands)
+    quantize.add_parsers(commands)
+    checkpoints.add_parsers(commands)
+    report.add_parser(commands)
+    # Only for the listing of --help: main() hands "hscale bench ..." to bench.main,
+    # "hscale interop ..." to interop.main.
+    commands.add_parser("bench", help="throughput and peak memory of the reference and "
+                                      "backends (see hscale bench --help)", add_help=False)
+    commands.add_parser("interop", help="run the real NVFP4 libraries through the suite and "
+                                        "write what each does differently (see hscale interop "
+                                        "--help)", add_help=False)
+    vectors.add_parser(commands)
+    return parser
+
+
+# Loggers of libraries that transformers imports whenever they are installed (its quantizer
+# registry imports torchao, for one), which warn at import time about things that do not concern
+# an hscale command: torchao's CUDA kernels that a CPU machine cannot load, and torch's
+# deprecation of the way torchao registers its enums. Their errors still show.
+IMPORT_NOISE_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    for name in IMPORT_NOISE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    if argv[:1] and argv[0] in OWN_PARSERS:
+        return OWN_PARSERS[argv[0]](argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or EXIT_OK
+    except (ValueError, OSError) as error:  # a bad input: say what is wrong, no traceback
+        return fail(f"hscale {args.command}", error_text(error))

@@ -1,0 +1,129 @@
+"""``hscale quantize`` and ``hscale calibrate``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hscale.reference.constants import DEFAULT_K, DEFAULT_U
+
+from .args import EXIT_OK, require_models_extra, size
+
+def add_calibration_options(parser) -> None:
+    group = parser.add_argument_group("calibration (h = diag(X^T X), HSCALE-CAL-1)")
+    group.add_argument("--calibration-text", metavar="FILE",
+                       help="texts to calibrate on, one per line (default: the bundled text)")
+    group.add_argument("--samples", type=int, default=512,
+                       help="how many texts of the file to use (default 512)")
+    group.add_argument("--seq-len", type=int, default=256,
+                       help="tokens per text at most (default 256)")
+    group.add_argument("--batch-size", type=int, default=16, help="texts per forward pass")
+    group.add_argument("--device", default=None,
+                       help="where the calibration forward runs: cpu (default), cuda, or auto "
+                            "(accelerate's device_map, for a model larger than one device)")
+
+
+def _request(args, **overrides):
+    from hscale.quantize import QuantizeRequest
+    require_models_extra()
+    values = dict(
+        model_dir=args.model_dir, calibration_text=args.calibration_text,
+        samples=args.samples, seq_len=args.seq_len, batch_size=args.batch_size,
+        device=args.device, progress=not args.quiet)
+    values.update(overrides)
+    return QuantizeRequest(**values)
+
+
+def _quantize(args) -> int:
+    from hscale.models import DEFAULT_IGNORE
+    from hscale.quantize import REPORT_NAME, format_summary, quantize_model
+    ignore = tuple(args.ignore) if args.ignore is not None else DEFAULT_IGNORE
+    request = _request(args, out=args.out, pipeline=args.pipeline, method=args.method,
+                       format=args.format, backend=args.backend, K=args.K, U=args.U,
+                       ignore=ignore, hessian=args.hessian, damp=args.damp,
+                       block_size=args.block_size, act_order=args.act_order,
+                       static_groups=args.static_groups, max_shard_bytes=args.max_shard_size,
+                       force=args.force, report_errors=args.report_errors)
+    report = quantize_model(request)
+    print(format_summary(report))
+    print(f"\nwritten: {report.out} (report: {Path(report.out) / REPORT_NAME})")
+    return EXIT_OK
+
+
+def _calibrate(args) -> int:
+    from hscale.models import DEFAULT_IGNORE
+    from hscale.quantize import calibrate_to_file
+    ignore = tuple(args.ignore) if args.ignore is not None else DEFAULT_IGNORE
+    request = _request(args, out=args.out, ignore=ignore)
+    facts = calibrate_to_file(request, args.out, full=args.full, force=args.force)
+    print(f"h of {facts['layers']} Linear layers ({'with' if args.full else 'without'} the "
+          f"full H) from {facts['texts']} texts, {facts['tokens']} tokens: {args.out}")
+    return EXIT_OK
+
+
+def add_parsers(commands) -> None:
+    from hscale.checkpoints import FORMATS
+    from hscale.pipelines import PIPELINES
+    from hscale.reference.gptq import DEFAULT_BLOCK_SIZE, DEFAULT_DAMP
+    from hscale.reference.validation import METHODS
+    quantize = commands.add_parser(
+        "quantize", help="quantize a Hugging Face model into an NVFP4 checkpoint engines load "
+                         "(default: the bundled all-MiniLM-L6-v2)",
+        description="Quantize every Linear of a Hugging Face model directory with a pipeline "
+                    "(rtn, 4over6, gptq) and a scale method (rtn, scale-only, hscale) and write "
+                    "a compressed-tensors or ModelOpt NVFP4 checkpoint (docs/quantize.md).")
+    quantize.add_argument("model_dir", nargs="?", default=None, metavar="MODEL_DIR",
+                          help="a Hugging Face model directory with safetensors weights "
+                               "(default: the bundled all-MiniLM-L6-v2)")
+    quantize.add_argument("--out", default="nvfp4-model", help="output directory "
+                                                               "(default nvfp4-model)")
+    quantize.add_argument("--pipeline", default="rtn", choices=tuple(PIPELINES),
+                          help="rtn (max-abs init), 4over6 (4over6 init, C = 256), gptq")
+    quantize.add_argument("--method", default="hscale", choices=METHODS,
+                          help="the scale byte: rtn keeps the initial byte, scale-only searches "
+                               "with h = 1, hscale with h (default)")
+    quantize.add_argument("--format", default="compressed-tensors", choices=FORMATS)
+    quantize.add_argument("--backend", default="numpy",
+                          help="numpy, torch, torch-cuda, cupy or module:factory")
+    quantize.add_argument("-K", type=int, default=DEFAULT_K,
+                          help=f"window size (default {DEFAULT_K})")
+    quantize.add_argument("-U", type=int, default=DEFAULT_U,
+                          help=f"upward shifts (default {DEFAULT_U})")
+    quantize.add_argument("--ignore", action="append", metavar="PATTERN",
+                          help="a Linear to leave unquantized: a module name, a glob, a last "
+                               "name component, or re:REGEX (repeatable; default: lm_head)")
+    quantize.add_argument("--hessian", metavar="FILE",
+                          help="h (and H for gptq) from hscale calibrate instead of calibrating")
+    quantize.add_argument("--damp", type=float, default=DEFAULT_DAMP, help="gptq: relative damping")
+    quantize.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE,
+                          help="gptq: columns per lazy update block")
+    quantize.add_argument("--act-order", action="store_true",
+                          help="gptq: sweep the columns by descending H_jj")
+    quantize.add_argument("--static-groups", action="store_true",
+                          help="gptq: choose every group's byte before the sweep")
+    quantize.add_argument("--max-shard-size", type=size, default="2GB",
+                          help="largest output shard (default 2GB)")
+    quantize.add_argument("--report-errors", action="store_true",
+                          help="calibrate for the report's H-weighted errors even when the "
+                               "method does not need h")
+    quantize.add_argument("--force", action="store_true",
+                          help="replace an existing output directory")
+    quantize.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_calibration_options(quantize)
+    quantize.set_defaults(func=_quantize)
+
+    calibrate = commands.add_parser(
+        "calibrate", help="write h = diag(X^T X) of every Linear (and H with --full) for "
+                          "hscale quantize --hessian",
+        description="Run the calibration text through a model and write h (and H) per Linear, "
+                    "so that calibration and quantization can run on different machines.")
+    calibrate.add_argument("model_dir", nargs="?", default=None, metavar="MODEL_DIR",
+                           help="a Hugging Face model directory (default: the bundled MiniLM)")
+    calibrate.add_argument("--out", required=True, help="the .safetensors file to write")
+    calibrate.add_argument("--full", action="store_true",
+                           help="also the full H = X^T X per layer (gptq needs it)")
+    calibrate.add_argument("--ignore", action="append", metavar="PATTERN",
+                           help="as hscale quantize's (default: lm_head)")
+    calibrate.add_argument("--force", action="store_true", help="replace an existing file")
+    calibrate.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_calibration_options(calibrate)
+    calibrate.set_defaults(func=_calibrate)

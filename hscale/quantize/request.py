@@ -1,0 +1,92 @@
+"""What ``hscale quantize`` is asked to do: the request, every option checked before any work."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from hscale.checkpoints import DEFAULT_MAX_SHARD_BYTES, FORMATS, CheckpointError, read_header
+from hscale.models.architecture import DEFAULT_IGNORE
+from hscale.pipelines import pipeline_named
+from hscale.reference.constants import DEFAULT_K, DEFAULT_U
+from hscale.reference.gptq import DEFAULT_BLOCK_SIZE, DEFAULT_DAMP
+from hscale.reference.validation import METHODS, check_choice
+
+
+@dataclass
+class QuantizeRequest:
+    """Everything ``hscale quantize`` takes (the command's options, one for one)."""
+
+    model_dir: str | None = None  # None: the bundled all-MiniLM-L6-v2
+    out: str = "nvfp4-model"
+    pipeline: str = "rtn"
+    method: str = "hscale"
+    format: str = "compressed-tensors"
+    backend: str = "numpy"
+    K: int = DEFAULT_K
+    U: int = DEFAULT_U
+    ignore: tuple[str, ...] = DEFAULT_IGNORE
+    calibration_text: str | None = None  # a file, one text per line; None: the bundled text
+    samples: int = 512
+    seq_len: int = 256
+    batch_size: int = 16
+    hessian: str | None = None  # hscale calibrate's file
+    damp: float = DEFAULT_DAMP
+    block_size: int = DEFAULT_BLOCK_SIZE
+    act_order: bool = False
+    static_groups: bool = False
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
+    force: bool = False
+    progress: bool = True
+    device: str | None = None  # calibration device ("cpu", "cuda", "auto" for accelerate)
+    report_errors: bool = False  # calibrate for the H-weighted errors even when not needed
+
+
+def check_request(request: QuantizeRequest) -> None:
+    """Every option checked before any work (one clear error each)."""
+    pipeline_named(request.pipeline)
+    check_choice("method", request.method, METHODS)
+    if request.format not in FORMATS:
+        raise ValueError(f"--format {request.format!r}: one of {', '.join(FORMATS)}")
+    for name in ("samples", "seq_len", "batch_size", "block_size", "max_shard_bytes"):
+        value = getattr(request, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} {value!r}: must be a positive integer")
+    if not (math.isfinite(request.damp) and request.damp >= 0):
+        raise ValueError(f"--damp {request.damp!r}: must be finite and >= 0")
+    if request.static_groups and request.pipeline != "gptq":
+        raise ValueError("--static-groups: only the gptq pipeline has groups to fix up front")
+    if request.act_order and request.pipeline != "gptq":
+        raise ValueError("--act-order: only the gptq pipeline has a column order")
+    if request.calibration_text is not None and not Path(request.calibration_text).is_file():
+        raise ValueError(f"--calibration-text {request.calibration_text}: no such file")
+    if request.hessian is not None:
+        if not Path(request.hessian).is_file():
+            raise ValueError(f"--hessian {request.hessian}: no such file")
+        try:
+            read_header(Path(request.hessian))
+        except CheckpointError as exc:
+            raise ValueError(f"--hessian {request.hessian}: unreadable, not an hscale "
+                             f"calibrate file ({exc})") from None
+    from hscale.backends import get
+    backend = get(request.backend)
+    ok, why = backend.available()
+    if not ok:
+        raise ValueError(f"--backend {request.backend}: not available here: {why}")
+
+
+def needs_calibration(request: QuantizeRequest) -> bool:
+    return request.method == "hscale" or request.pipeline == "gptq"
+
+
+def model_directory(request: QuantizeRequest) -> Path:
+    if request.model_dir is None:
+        from hscale.models.minilm import minilm_model_dir
+        return minilm_model_dir()
+    directory = Path(request.model_dir)
+    if not directory.is_dir():
+        raise ValueError(f"{directory}: no such model directory")
+    if not (directory / "config.json").is_file():
+        raise ValueError(f"{directory}: no config.json (not a Hugging Face model directory)")
+    return directory
