@@ -72,6 +72,7 @@ def inputs(tmp_path_factory) -> Path:
     (here / "comments.txt").write_text("# my results\n\n   # none yet\n")
     (here / "binary.txt").write_bytes(bytes(range(128, 256)))
     (here / "a_file").write_text("")
+    (here / "lonely.hex").write_text("// a set file without its .json\n")
     return here
 
 
@@ -161,6 +162,23 @@ CASES = [
                                  "{in}/comments.txt"], "missing-dir: no such directory"),
     ("expect-out-missing-directory", ["vectors", "expect", "--out", "{in}/no/such/dir/x.txt"],
      "the directory {in}/no/such/dir does not exist"),
+    ("expect-out-device", ["vectors", "expect", "--out", "/dev/null"],
+     "--out /dev/null: is a device; refusing to replace it ('-' writes to standard output)"),
+    ("check-unknown-profile", ["vectors", "check", "--observed", "{in}/comments.txt",
+                               "--profile", "nosuch"],
+     "--profile nosuch: profile 'nosuch': must be one of exact, faithful, format"),
+    ("check-unknown-allowance", ["vectors", "check", "--observed", "{in}/comments.txt",
+                                 "--profile", "faithful", "--allow", "nosuch"],
+     "--profile faithful --allow nosuch: unknown allowance 'nosuch'; known: zero-group-byte"),
+    ("check-allowance-under-exact", ["vectors", "check", "--observed", "{in}/comments.txt",
+                                     "--allow", "negative-zero"],
+     "allowances are valid only with the faithful or format profile"),
+    ("check-set-without-json", ["vectors", "check", "{in}/lonely.hex", "--observed",
+                                "{in}/comments.txt"],
+     "lonely.hex: the set is read from its lonely.json (the authoritative form), which is not "
+     "beside it"),
+    ("generate-out-stdout", ["vectors", "generate", "--out", "-"],
+     "--out -: generate writes a directory of files, not standard output"),
     ("clauses-negative-seed", ["vectors", "clauses", "--seed", "-1"],
      "--seed -1: must be at least 0"),
     ("quantize-missing-model", ["quantize", "{in}/no-model", "--out", "{in}/q"],
@@ -332,6 +350,49 @@ def test_gpu_bench_without_a_gpu_says_so_in_one_line(inputs):
         pytest.skip("CuPy and a CUDA device are present: the benchmark would run")
     line = error_line(run(GPU_BENCH + ["--sizes", "256"], cwd=inputs))
     assert "backend cupy cannot run here: " in line and "needs a CUDA GPU and CuPy" in line
+
+
+# -- vectors expect: '-' is standard output; a device or a link is never replaced ------------
+
+def test_expect_writes_to_standard_output_with_a_dash(tmp_path):
+    result = run(HSCALE + ["vectors", "expect", LEVEL0, "--out", "-"], cwd=tmp_path)
+    assert result.returncode == 0 and result.stderr == ""
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[1] == "gs" and len(lines) > 1500
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "a file named '-' was written"
+
+
+def test_expect_refuses_a_symbolic_link_and_a_device_and_replaces_nothing(tmp_path):
+    target = tmp_path / "results.txt"
+    target.write_text("mine\n")
+    link = tmp_path / "link.txt"
+    link.symlink_to(target)
+    result = run(HSCALE + ["vectors", "expect", LEVEL0, "--out", link], cwd=tmp_path)
+    line = error_line(result)
+    assert line == (f"hscale vectors expect: --out {link}: is a symbolic link; refusing to "
+                    "replace it (name the file it points to, or '-' for standard output)")
+    assert link.is_symlink() and target.read_text() == "mine\n" and result.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "results.txt"]
+    if Path("/dev/null").exists():
+        before = os.stat("/dev/null")
+        line = error_line(run(HSCALE + ["vectors", "expect", LEVEL0, "--out", "/dev/null"],
+                              cwd=tmp_path))
+        assert "--out /dev/null: is a device; refusing to replace it" in line
+        after = os.stat("/dev/null")
+        assert (after.st_mode, after.st_rdev, after.st_ino) == \
+            (before.st_mode, before.st_rdev, before.st_ino)
+
+
+def test_generate_refuses_a_link_among_its_files_before_writing_any(tmp_path):
+    out = tmp_path / "vectors"
+    out.mkdir()
+    target = tmp_path / "elsewhere.json"
+    target.write_text("keep\n")
+    (out / "errors.json").symlink_to(target)
+    result = run(HSCALE + ["vectors", "generate", "--out", out], cwd=tmp_path)
+    assert "errors.json: is a symbolic link; refusing to replace it" in error_line(result)
+    assert target.read_text() == "keep\n"
+    assert sorted(p.name for p in out.iterdir()) == ["errors.json"]
 
 
 # -- vectors check: the expected vectors are verified before anything is judged ---------------

@@ -90,20 +90,15 @@ def test_manifest_lists_every_file_with_its_sha256():
 # Clause coverage
 # ------------------------------------------------------------------------------------------
 
-# Clauses no quantize call exercises, tested elsewhere (the reason beside each).
-NOT_IN_VECTORS = {
-    "NVFP4-GS-4": "how a checkpoint stores s_g as a reciprocal: tests/test_reference_edges.py",
-    "NVFP4-CKPT-1": "the compressed-tensors file layout: tests/test_quantize_model.py",
-    "NVFP4-CKPT-2": "the ModelOpt file layout: tests/test_quantize_model.py",
-    "NVFP4-CKPT-3": "fused layers' shared s_g in a checkpoint: tests/test_quantize_model.py",
-}
-
-
 def test_every_clause_has_a_level0_case():
+    """Every clause has a case, or a stated reason (the checkpoint layouts only)."""
+    from hscale.vectors.catalogue import NO_VECTOR_CASE
     covered = clause_index(level0_cases())
-    missing = [c for c in clause_ids() if c not in covered and c not in NOT_IN_VECTORS]
+    missing = [c for c in clause_ids() if c not in covered and c not in NO_VECTOR_CASE]
     assert not missing, f"clauses without a level-0 vector case: {missing}"
-    assert set(NOT_IN_VECTORS) <= set(clause_ids())
+    assert set(NO_VECTOR_CASE) == {"NVFP4-CKPT-1", "NVFP4-CKPT-2", "NVFP4-CKPT-3"}
+    assert not set(NO_VECTOR_CASE) & set(covered), "a clause with a case needs no reason"
+    assert "NVFP4-GS-4" in covered
 
 
 def test_cases_cite_only_known_clauses():
@@ -119,9 +114,12 @@ def test_every_input_clause_has_an_expected_error_case():
 
 
 def test_docs_generated_blocks_are_current():
+    from hscale.vectors.docs import WIDTHS_BEGIN, WIDTHS_END, line_width_table
     text = DOC.read_text()
     assert block(text, BEGIN, END) == clause_table(), (
-        "docs/vectors.md clause table is stale; run `python -m hscale.vectors.maintain docs`")
+        "docs/vectors.md clause table is stale; run `python tools/vectors_maintain.py docs`")
+    assert block(text, WIDTHS_BEGIN, WIDTHS_END) == line_width_table(), (
+        "docs/vectors.md line-width table is stale; run `python tools/vectors_maintain.py docs`")
     assert block(text, EXAMPLE_BEGIN, EXAMPLE_END) == worked_example(), (
         "docs/vectors.md worked example is stale; run `python -m hscale.vectors.maintain docs`")
 
@@ -437,3 +435,286 @@ def test_one_exact_construction_refuses_a_lost_zero_sign():
         builders.exact([1.0 + 2.0 ** -30], np.float32)
     kept = builders.exact([-0.0, np.nan, 1.5], builders.BF16)
     assert np.signbit(kept[0]) and np.isnan(kept[1]) and kept[2] == 1.5
+
+
+# ------------------------------------------------------------------------------------------
+# check for hardware (issue 23): index keys, byte order, profiles, reciprocal global scales,
+# one set without a manifest, the swizzled layout, line widths
+# ------------------------------------------------------------------------------------------
+
+def _data_lines(path: Path) -> list[str]:
+    return [line for line in path.read_text().splitlines() if line and not line.startswith("//")]
+
+
+def _hex_case_keys(directory: Path) -> dict[str, str]:
+    """'<set>:<index>' -> case id, read from the .hex files themselves: the index is the
+    `case` field of the data lines (hex), the id the one the case table gives that index."""
+    keys = {}
+    for path in sorted(directory.glob("*.hex")):
+        if path.name.endswith((".gs.hex", ".swz.hex")):
+            continue
+        table = {}
+        for line in path.read_text().splitlines():
+            found = re.match(r"^//\s+([0-9a-f]{4})\s+\S+\s+(\S+)\s+\d+x\d+\s", line)
+            if found:
+                table[int(found.group(1), 16)] = found.group(2)
+        for line in _data_lines(path):
+            index = int(line.split("_", 1)[0], 16)
+            keys[f"{path.name[:-len('.hex')]}:{index}"] = table[index]
+    return keys
+
+
+def _lines_with(transform, lines=None, **options) -> list[str]:
+    """The correct observed lines with ``transform(fields) -> fields`` applied to group lines."""
+    out = []
+    for line in lines or observed_lines(LEVEL0, **options):
+        fields = line.split()
+        out.append(" ".join(transform(fields)) if fields[1] not in ("gs", "gsr") else line)
+    return out
+
+
+def test_index_keys_name_the_cases_of_the_hex_case_table(tmp_path):
+    from hscale.vectors.check import open_vectors
+    keys = open_vectors(LEVEL0).keys
+    assert {k: v for k, v in keys.items() if not k.startswith("errors:")} == \
+        _hex_case_keys(LEVEL0)
+    lines = observed_lines(LEVEL0, index_keys=True)
+    assert lines[0].split()[0] == "bf16_hscale_maxabs_K16_U6_C448:0"
+    status, text = _run_check(_observed(tmp_path, lines), require_all=True)
+    assert status == 0, text[-2000:]
+    # one group wrong, keyed by index: reported under its case id
+    keyed = next(k for k, v in _hex_case_keys(LEVEL0).items() if v == "e2m1-midpoint-ties")
+    wrong = [l.replace(" 0 0 38 ", " 0 0 39 ") if l.startswith(f"{keyed} 0 0 ") else l
+             for l in lines]
+    status, text = _run_check(_observed(tmp_path, wrong))
+    assert status == 1 and "e2m1-midpoint-ties r0 g0 " in text and "[NVFP4-INIT-1]" in text
+
+
+@pytest.mark.parametrize("key,words", [
+    ("fp32_rtn_maxabs_C448:999", "no case '999' in set fp32_rtn_maxabs_C448 (it has case "
+                                 "indices 0.."),
+    ("nosuchset:0", "unknown set 'nosuchset' in the index key 'nosuchset:0'"),
+    ("nosuchcase", "unknown case id 'nosuchcase'"),
+])
+def test_a_bad_key_is_a_line_error(tmp_path, key, words):
+    status, text = _run_check(_observed(tmp_path, [f"{key} 0 0 38 0000000000000000"]))
+    assert status == 1 and words in text, text
+
+
+def _reversed(fields):
+    return fields[:4] + [bytes.fromhex(fields[4])[::-1].hex()] + fields[5:]
+
+
+def test_a_little_endian_dump_is_one_byte_order_line(tmp_path):
+    """Every packed word byte-reversed (a 64-bit word held little-endian, printed %016x): one
+    line for the file, NVFP4-PACK-1, and no rounding or sign finding at all (the old check read
+    it as hundreds of NVFP4-E2M1-2 / -3 findings)."""
+    path = _observed(tmp_path, _lines_with(_reversed))
+    status, text = _run_check(path, max_errors=100000)
+    assert status == 1
+    findings = re.findall(r"^\s*\[([A-Z0-9-]+)\]", text, re.M)
+    assert findings == ["NVFP4-PACK-1"], text[:3000]
+    [line] = [l for l in text.splitlines() if "[NVFP4-PACK-1]" in l]
+    assert line.startswith(f"[NVFP4-PACK-1] {path}: the packed words are byte-reversed: written "
+                           "little-endian? byte 0 is the leftmost (most significant) byte of the "
+                           "hex word, docs/vectors.md")
+    palindromes = sum(1 for l in observed_lines(LEVEL0) if l.split()[1] not in ("gs", "gsr")
+                      and bytes.fromhex(l.split()[4]) == bytes.fromhex(l.split()[4])[::-1])
+    groups = sum(1 for l in observed_lines(LEVEL0) if l.split()[1] != "gs")
+    wrong = groups - palindromes
+    assert f", {wrong} errors ({wrong} of them only the byte order above)" in text
+    assert "profile exact: does not conform" in text
+
+
+def test_a_swapped_nibble_pair_or_byte_pair_is_named_not_two_rounding_errors(tmp_path):
+    lines = observed_lines(LEVEL0)
+    def edit(case_id, row, group, change):
+        index = next(i for i, l in enumerate(lines) if l.startswith(f"{case_id} {row} {group} "))
+        fields = lines[index].split()
+        word = bytearray(bytes.fromhex(fields[4]))
+        change(word)
+        lines[index] = " ".join(fields[:4] + [word.hex()])
+    def swap_nibbles(word, k=1):
+        word[k] = (word[k] & 0x0F) << 4 | word[k] >> 4
+    def exchange(word):
+        word[2], word[6] = word[6], word[2]
+    edit("random-normal-rtn", 0, 1, swap_nibbles)
+    edit("random-normal-hscale", 1, 2, exchange)
+    status, text = _run_check(_observed(tmp_path, lines))
+    assert status == 1
+    assert "[NVFP4-PACK-1] group (r=0, i=1): the two codes of byte 1 are swapped (elements 2 " \
+           "and 3)" in text
+    assert "[NVFP4-PACK-1] group (r=1, i=2): bytes 2 and 6 of the packed word are exchanged" in text
+    assert re.findall(r"^\s*\[([A-Z0-9-]+)\]", text, re.M) == ["NVFP4-PACK-1"] * 2, text
+    assert ", 2 errors;" in text
+
+
+def test_a_reversed_word_with_a_wrong_byte_reads_as_the_slip_and_that_byte(tmp_path):
+    """Every word reversed, and one group's byte one rung up with the codes of that byte (as a
+    design whose search picked the wrong byte writes them): the byte-order line, and that
+    group's byte finding saying its codes are the right rounding for it; no code finding."""
+    from hscale.reference import pack_codes, encode_e2m1
+    vectors = load_vectors(LEVEL0)
+    case = vectors["random-normal-hscale"][1]
+    w = case.exact_weight()[2, 48:64]
+    byte = int(case.expected.scale_bytes[2, 3]) + 1
+    scale = float(case.expected.global_scale) * float(SCALE_BYTE_VALUES[byte])
+    word = pack_codes(encode_e2m1(w[None, :], np.array([[scale]])))[0].tobytes()
+
+    def change(fields):
+        if fields[0] == "random-normal-hscale" and fields[1:3] == ["2", "3"]:
+            fields = fields[:3] + [f"{byte:02x}", word.hex()]
+        return _reversed(fields)
+    status, text = _run_check(_observed(tmp_path, _lines_with(change)), max_errors=100000)
+    assert status == 1
+    findings = re.findall(r"^\s*\[([A-Z0-9-]+)\] (.*)$", text, re.M)
+    assert [c for c, _ in findings] == ["NVFP4-PACK-1", "HSCALE-OBJ-1"], text[:3000]
+    assert "the observed codes are the correct rounding for the observed byte" in findings[1][1]
+    assert f"(the packed word read as {word.hex().upper()}: the byte order above)" in text
+
+
+def _fp32(value) -> Fraction:
+    return Fraction(float(np.float32(value)))
+
+
+def _round_fp32(value: Fraction) -> np.float32:
+    """The fp32 nearest to a positive rational (ties to even), by stepping over fp32 values:
+    a second statement of the rounding, not the reference's."""
+    guess = np.float32(float(value))
+    candidates = [np.nextafter(guess, np.float32(0)), guess, np.nextafter(guess, np.float32(np.inf))]
+    return min(candidates, key=lambda c: (abs(_fp32(c) - value),
+                                          int(np.array(c).view(np.uint32)) & 1))
+
+
+def test_reciprocal_global_scales_in_the_vectors_follow_nvfp4_gs4():
+    """expected.global_scale_reciprocal is fp32(1/s_g) and _reads_back says whether fp32(1/r) is
+    s_g, computed here with fractions; the gs4 cases are the writer's chain."""
+    vectors = load_vectors(LEVEL0)
+    for path in sorted(LEVEL0.glob("*.json")):
+        if path.name == formats.MANIFEST:
+            continue
+        for entry in json.loads(path.read_text())["cases"]:
+            if "error" in entry["expected"]:
+                continue
+            sg = hexio.scalar_from_hex(entry["expected"]["global_scale"])
+            r = _round_fp32(1 / _fp32(sg))
+            assert entry["expected"]["global_scale_reciprocal"] == hexio.fp32_hex(r)
+            back = _round_fp32(1 / _fp32(r))
+            assert entry["expected"]["global_scale_reciprocal_reads_back"] == (back == sg)
+    for case_id, reads_back in (("gs4-reciprocal-reads-back", True),
+                                ("gs4-reciprocal-one-ulp-off", False)):
+        case = vectors[case_id][1]
+        amax = Fraction(float(np.max(np.abs(case.exact_weight()))))
+        computed = _round_fp32(amax / 2688)                       # NVFP4-GS-1
+        stored = _round_fp32(1 / _fp32(computed))                 # what the writer stores
+        assert case.global_scale == _round_fp32(1 / _fp32(stored))  # quantized with fp32(1/r)
+        # whether any fp32 r near 1/s_g reads back as s_g
+        near = [stored]
+        for _ in range(3):
+            near += [np.nextafter(near[0], np.float32(0)), np.nextafter(near[-1], np.float32(9e9))]
+        assert any(_round_fp32(1 / _fp32(c)) == computed for c in near) == reads_back
+        assert "NVFP4-GS-4" in case.clauses
+    # a writer that stores r but quantizes with the computed s_g is caught by the codes
+    case = vectors["gs4-reciprocal-one-ulp-off"][1]
+    from hscale.reference import quantize
+    amax = float(np.max(np.abs(case.exact_weight())))
+    plain = quantize(case.weight, None, method="rtn", global_scale=_round_fp32(Fraction(amax) / 2688))
+    assert not np.array_equal(plain.codes, case.expected.codes)
+
+
+def test_gsr_lines_are_read_as_the_stored_reciprocal(tmp_path):
+    lines = observed_lines(LEVEL0, reciprocal=True)
+    assert "gs4-reciprocal-one-ulp-off gsr 4527fff5" in lines
+    status, text = _run_check(_observed(tmp_path, lines), max_errors=1000)
+    failing = sorted(set(re.findall(r"^(\S+) gsr ", text, re.M)))
+    expected_failing = sorted(
+        entry["id"] for path in LEVEL0.glob("*.json") if path.name != formats.MANIFEST
+        for entry in json.loads(path.read_text())["cases"]
+        if "error" not in entry["expected"]
+        and not entry["expected"]["global_scale_reciprocal_reads_back"])
+    assert failing == expected_failing and failing, text[-3000:]
+    assert not any(c.startswith("gs4-") for c in failing)
+    assert status == 1
+    status, text = _run_check(_observed(tmp_path, lines), profile="faithful",
+                              allowances=("reciprocal-global-scale",))
+    assert status == 0 and "conforms" in text.splitlines()[-1], text[-2000:]
+    # a reciprocal written as if it were the multiplier is a global-scale finding
+    wrong = [l.replace(" gsr ", " gs ") for l in lines if l.startswith("gs-computed ")]
+    status, text = _run_check(_observed(tmp_path, wrong))
+    assert status == 1 and "[NVFP4-GS-1] tensor: global scale s_g expected" in text
+
+
+def test_a_set_without_a_manifest_or_given_as_one_file(tmp_path):
+    name = "fp32_rtn_maxabs_C448"
+    alone = tmp_path / "one-set"
+    alone.mkdir()
+    for suffix in (".json", ".hex", ".gs.hex", ".swz.hex", ".npz"):
+        shutil.copy(LEVEL0 / f"{name}{suffix}", alone / f"{name}{suffix}")
+    lines = [l for l in observed_lines(LEVEL0, index_keys=True) if l.startswith(f"{name}:")]
+    observed = _observed(tmp_path, lines)
+    for target in (alone, alone / f"{name}.hex", alone / f"{name}.json", LEVEL0 / f"{name}.hex"):
+        out = io.StringIO()
+        assert check(target, observed, out=out, require_all=True) == 0, out.getvalue()
+        note = out.getvalue().splitlines()[0]
+        assert ("no manifest.json" in note) == (target.parent != LEVEL0 or target == alone)
+    # where a manifest exists, its checksums still apply to the set given alone
+    copy = tmp_path / "copy"
+    shutil.copytree(LEVEL0, copy)
+    (copy / f"{name}.hex").write_text((copy / f"{name}.hex").read_text() + "// edited\n")
+    with pytest.raises(ValueError, match="SHA-256 differs from manifest.json"):
+        check(copy / f"{name}.json", observed, out=io.StringIO())
+    (alone / f"{name}.json").unlink()
+    with pytest.raises(ValueError, match=f"read from its {name}.json"):
+        check(alone / f"{name}.hex", observed, out=io.StringIO())
+
+
+def _spec_offset(r: int, k: int, n: int) -> int:
+    """docs/spec.md NVFP4-PACK-3, written out here."""
+    return (((r // 128) * (-(-n // 64)) + k // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4
+            + k % 4)
+
+
+def test_swizzled_offsets_in_the_swz_files_and_the_observed_field(tmp_path):
+    vectors = load_vectors(LEVEL0)
+    by_key = _hex_case_keys(LEVEL0)
+    checked = 0
+    for path in sorted(LEVEL0.glob("*.swz.hex")):
+        set_name = path.name[:-len(".swz.hex")]
+        group_lines = _data_lines(LEVEL0 / f"{set_name}.hex")
+        for line, group_line in zip(_data_lines(path), group_lines, strict=True):
+            case_f, r, k, rows, cols, offset, scale = (int(x, 16) for x in line.split("_"))
+            assert group_line.split("_")[:3] == line.split("_")[:3]
+            case = vectors[by_key[f"{set_name}:{case_f}"]][1]
+            assert (rows, cols * 16) == case.shape
+            assert offset == _spec_offset(r, k, cols * 16)
+            assert scale == case.expected.scale_bytes[r, k]
+            assert case.expected.swizzled_scale_bytes()[offset] == scale
+            checked += 1
+    assert checked == sum(len(_data_lines(p)) for p in LEVEL0.glob("*.hex")
+                          if not p.name.endswith((".gs.hex", ".swz.hex")))
+    lines = observed_lines(LEVEL0, swizzled=True)
+    status, text = _run_check(_observed(tmp_path, lines), require_all=True)
+    assert status == 0, text[-2000:]
+    big = next(l for l in lines if l.startswith("swizzle-129x80 128 3 "))
+    fields = big.split()
+    assert int(fields[5], 16) == _spec_offset(128, 3, 80) == 1027
+    wrong = [l if l != big else " ".join(fields[:5] + [f"{_spec_offset(0, 3, 80):08x}"])
+             for l in lines]
+    status, text = _run_check(_observed(tmp_path, wrong))
+    assert status == 1
+    assert "[NVFP4-PACK-3] group (r=128, i=3): swizzled offset of the scale byte expected " \
+           "0x00000403 (1027) observed 0x00000003 (3)" in text
+
+
+def test_line_widths_table_is_what_the_files_hold():
+    """docs/vectors.md's widths against the files: hex digits of each data line counted."""
+    from hscale.vectors.docs import WIDTHS_BEGIN, WIDTHS_END
+    rows = block(DOC.read_text(), WIDTHS_BEGIN, WIDTHS_END).splitlines()[2:]
+    assert len(rows) == len(list(LEVEL0.glob("*.swz.hex")))
+    for row in rows:
+        cells = [c.strip().strip("`") for c in row.strip("|").split("|")]
+        name, bits, digits, gs_bits, swz_bits = cells[0], *map(int, cells[3:7])
+        for suffix, width in ((".hex", bits), (".gs.hex", gs_bits), (".swz.hex", swz_bits)):
+            line = _data_lines(LEVEL0 / f"{name}{suffix}")[0]
+            assert 4 * len(line.replace("_", "")) == width, (name, suffix)
+        assert digits * 4 == bits

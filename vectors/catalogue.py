@@ -19,7 +19,8 @@ import numpy as np
 
 from hscale.judge.builders import BF16, F16, F32, exact
 from hscale.judge.cases import Case, CaseError
-from hscale.reference import E2M1_MIDPOINTS, SCALE_BYTE_VALUES
+from hscale.reference import E2M1_MIDPOINTS, SCALE_BYTE_VALUES, compute_global_scale
+from hscale.reference.global_scale import multiplier_from_reciprocal, reciprocal_from_multiplier
 
 from . import hexio
 from .minilm import load_minilm_slices
@@ -316,6 +317,8 @@ def _global_scale(seed):
         clauses=("NVFP4-GS-3", "NVFP4-INIT-1", "NVFP4-E2M1-2"),
         weight=random_weight(rnd, (2, 32))))
 
+    cases += _reciprocal_global_scale()
+
     sg = np.float32(hexio.scalar_from_hex("00800001"))  # (1 + 2^-23) * 2^-126
     unit = 2.0 ** -135
     row = np.array([6, 4, 3, 2, 1.5, 1, 0.5, -0.5, -1, -6, 0.25, 0.75, 5, -3, 2.5, 0]) * unit
@@ -324,6 +327,52 @@ def _global_scale(seed):
         title="s_g = (1 + 2^-23) 2^-126, byte 0x01: dequantized values are fp32 subnormals "
               "whose low bits are rounded off (round to nearest even)",
         clauses=("NVFP4-DEQ-1", "NVFP4-GS-3", "NVFP4-INIT-1"), weight=exact(row[None, :])))
+    return cases
+
+
+#: Tensor maxima (fp32 bits) for the two NVFP4-GS-4 cases: s_g = fp32(amax / 2688) of the
+#: first reads back from its stored reciprocal; the second's does not (the first fp32 above 1.0
+#: for which it does not, found once by stepping up from 1.0; tests/test_vectors.py re-checks).
+GS4_READS_BACK_AMAX = "3f400000"  # 0.75
+GS4_ONE_ULP_OFF_AMAX = "3f800008"  # 1.00000095
+
+
+def _reciprocal_global_scale():
+    """NVFP4-GS-4: a writer that stores s_g as its reciprocal computes s_g (GS-1), stores
+    r = fp32(1/s_g) and quantizes with fp32(1/r), the s_g a reader derives (supplied here,
+    GS-3). Where s_g has no reciprocal that reads back as itself, that is one ulp off s_g, and
+    an element exactly on an E2M1 midpoint under one of the two scales is coded differently
+    under the other: quantizing with s_g itself while storing r is caught."""
+    cases = []
+    for case_id, amax_hex in (("gs4-reciprocal-reads-back", GS4_READS_BACK_AMAX),
+                              ("gs4-reciprocal-one-ulp-off", GS4_ONE_ULP_OFF_AMAX)):
+        amax = hexio.scalar_from_hex(amax_hex)
+        computed = compute_global_scale(float(amax))  # NVFP4-GS-1, C = 448
+        stored = reciprocal_from_multiplier(computed)
+        derived = multiplier_from_reciprocal(stored)
+        # row 0: the group maximum at byte 0x38 (e4m3 1.0) under either scale, and one element
+        # exactly on the midpoint 0.25 under each scale; row 1: the tensor maximum
+        row0 = [6 * float(derived), 0.25 * float(derived), -0.25 * float(derived),
+                0.25 * float(computed), -0.25 * float(computed), 0.5 * float(derived),
+                -1.0 * float(derived), 4.0 * float(derived)] + [0.0] * 8
+        row1 = [float(amax), -0.5 * float(amax), 0.125 * float(amax)] + [0.0] * 13
+        weight = np.array([row0, row1])
+        weight[0, 0] = float(np.float32(weight[0, 0]))  # 6 * s_g rounded: its byte is 0x38
+        same = bool(derived == computed)
+        cases.append(Case(
+            id=case_id, method="rtn", global_scale=np.float32(derived),
+            title=("a tensor stored with a reciprocal global scale: s_g = fp32(amax / 2688) = "
+                   f"0x{hexio.fp32_hex(computed)}, stored r = fp32(1/s_g) = "
+                   f"0x{hexio.fp32_hex(stored)}, quantized with fp32(1/r) = "
+                   f"0x{hexio.fp32_hex(derived)}" + (" (= s_g: it reads back)" if same else
+                                                     ", one ulp off s_g: no fp32 r has "
+                                                     "fp32(1/r) = s_g")),
+            clauses=("NVFP4-GS-4", "NVFP4-GS-3", "NVFP4-GS-1", "NVFP4-E2M1-2"),
+            weight=exact(weight, F32),
+            notes=("the writer's chain of NVFP4-GS-4: s_g from the weights (NVFP4-GS-1), "
+                   "r = fp32(1/s_g) stored (expected.global_scale_reciprocal), the tensor "
+                   "quantized with fp32(1/r), supplied here as inputs.global_scale "
+                   "(NVFP4-GS-3); expected.global_scale is that multiplier",)))
     return cases
 
 
@@ -726,6 +775,19 @@ def _gptq(seed):
 
 SECTIONS = (_e2m1, _e4m3, _global_scale, _zero_groups, _groups, _ties, _objective,
             _init_4over6, _methods_and_windows, _dtypes_and_random, _minilm, _gptq, _errors)
+
+
+#: Clauses of docs/spec.md with no level-0 case, and why (docs/vectors.md's clause table).
+NO_VECTOR_CASE = {
+    clause: ("a checkpoint's file layout (tensor names and dtypes, config keys), not a "
+             "quantizer's inputs and outputs: every number a checkpoint holds (packed codes, "
+             "scale bytes, s_g and its reciprocal r) is in the vectors; the layouts are tested "
+             "by tests/test_quantize_model.py and tests/test_check.py (`hscale check`)")
+    for clause in ("NVFP4-CKPT-1", "NVFP4-CKPT-2")}
+NO_VECTOR_CASE["NVFP4-CKPT-3"] = (
+    "which Linears of a model share one s_g is a model-level rule of the checkpoint writer; "
+    "for one tensor a shared s_g is a supplied global scale (NVFP4-GS-3, covered); tested by "
+    "tests/test_quantize_model.py")
 
 
 def clause_index(cases) -> dict[str, list[str]]:

@@ -1,46 +1,56 @@
-"""``hscale vectors check DIR --observed FILE``: compare a third party's results with the
+"""``hscale vectors check VECTORS --observed FILE``: compare a third party's results with the
 vectors, TestFloat style.
 
-The observed file (docs/vectors.md, "Observed-result format") has one line per group::
-
-    <case_id> <row> <group> <scale_byte: 2 hex> <packed: 16 hex, byte 0 first>
-
-and optionally one line per case for the global scale::
-
-    <case_id> gs <s_g: 8 hex, fp32 bits>
-
-Blank lines and text after ``#`` are ignored. Each mismatch is printed as::
+The observed file (docs/vectors.md, "Observed-result format"; read by ``observed.py``) has one
+line per group, keyed by case id or by ``<set>:<case_index>``, and optionally one line per case
+for the global scale, as the multiplier (``gs``) or as the stored reciprocal (``gsr``,
+NVFP4-GS-4). Each mismatch is printed as::
 
     <case> r<row> g<group>  s_g=<hex> w=<16 words> [h=<16 words>] => <observed>  expected: <expected>
       [<clause>] <place>: <what is wrong, in spec terms>
 
 The lines under it are the findings of the project's one diagnoser
-(``hscale.judge.diagnose``), word for word what the conformance suite prints for the same
-defect.
+(``hscale.judge.diagnose``) under the chosen profile and allowances, word for word what the
+conformance suite prints for the same defect. Before the diagnoser sees the packed words, a
+byte-order or nibble-order slip (``slips.py``) is named and undone: said once for the file when
+the writer made it on every word, else at the group.
+
+VECTORS is a vector directory (its manifest's checksums are verified first), a directory of
+set files without a manifest, or one set's file (``<set>.json``, or its ``.hex``, ``.gs.hex``,
+``.swz.hex`` or ``.npz`` beside the ``.json``).
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sys
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
 from hscale.judge.cases import Case, Rejection
-from hscale.judge.diagnose import diagnose
-from hscale.judge.findings import plural
-from hscale.reference import QuantizedWeight, unpack_codes
+from hscale.judge.diagnose import diagnose, observe
+from hscale.judge.findings import Finding, plural
+from hscale.judge.profiles import EXACT, check_profile
+from hscale.reference import SCALE_BYTE_VALUES, QuantizedWeight, encode_e2m1, pack_codes
 from hscale.reference.constants import GROUP_SIZE as GROUP
+from hscale.reference.global_scale import multiplier_from_reciprocal, reciprocal_from_multiplier
+from hscale.reference.packing import swizzle_offset
 
 from . import formats, hexio
-from .explain import missing_group
+from .observed import CaseObservations, UnreadableObserved, parse_line, read_observed
 from .serialize import MalformedVectors, read_case, read_vector_document
+from .slips import GroupWord, file_slip, group_slip
 
-_HEX2 = re.compile(r"^[0-9a-fA-F]{2}$")
-_HEX8 = re.compile(r"^[0-9a-fA-F]{8}$")
-_HEX16 = re.compile(r"^[0-9a-fA-F]{16}$")
+__all__ = ["UnreadableObserved", "check", "load_vectors", "observed_lines", "open_vectors",
+           "read_manifest"]
+
+#: The file forms of one set besides its JSON, longest suffix first.
+SET_SUFFIXES = (".gs.hex", ".swz.hex", ".hex", ".npz", ".json")
 
 
 def read_manifest(directory) -> dict:
@@ -71,13 +81,7 @@ def read_manifest(directory) -> dict:
     return manifest
 
 
-def load_vectors(directory) -> dict[str, tuple[str, Case]]:
-    """case id -> (file name, case with its stored expected outputs), from every JSON file of
-    the manifest, after checking every listed file's SHA-256: vectors that were edited or
-    damaged are refused (``MalformedVectors``, naming the file) before anything is judged."""
-    directory = Path(directory)
-    listed = read_manifest(directory)["files"]
-    checksums = {name: entry["sha256"] for name, entry in listed.items()}
+def _verify_checksums(directory: Path, checksums: dict[str, str]) -> None:
     for name, checksum in sorted(checksums.items()):
         path = directory / name
         if not path.is_file():
@@ -85,17 +89,85 @@ def load_vectors(directory) -> dict[str, tuple[str, Case]]:
         if formats.sha256(path.read_bytes()) != checksum:
             raise MalformedVectors(f"{path}: its SHA-256 differs from {formats.MANIFEST}: the "
                                    "file was changed or damaged; regenerate or restore it")
-    found: dict[str, tuple[str, Case]] = {}
-    for name in sorted(n for n in checksums if n.endswith(".json")):
-        path = directory / name
-        _, entries = read_vector_document(path)
+
+
+def set_stem(name: str) -> str | None:
+    """The parameter set a vector file belongs to (its name less the form's suffix)."""
+    for suffix in SET_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[:-len(suffix)]
+    return None
+
+
+def _set_files(path: Path) -> tuple[Path, list[str], str]:
+    """(directory, the JSON set files to read, a note for the report) for VECTORS, with the
+    checksums of the manifest verified where there is one."""
+    if not path.exists():
+        raise MalformedVectors(f"{path}: no such directory (nor set file)")
+    if path.is_dir():
+        if (path / formats.MANIFEST).exists():
+            listed = read_manifest(path)["files"]
+            _verify_checksums(path, {n: e["sha256"] for n, e in listed.items()})
+            return path, sorted(n for n in listed if n.endswith(".json")), ""
+        names = sorted(p.name for p in path.glob("*.json") if p.is_file())
+        if not names:
+            raise MalformedVectors(f"{path}: no {formats.MANIFEST} and no set file (<set>.json) "
+                                   "in it: not a vector directory")
+        return path, names, (f"note: {path} has no {formats.MANIFEST}: no checksum was "
+                             "verified (each case's derived fields were)")
+    directory, stem = path.parent, set_stem(path.name)
+    if stem is None:
+        raise MalformedVectors(f"{path}: not a vector set file (<set>.json, .hex, .gs.hex, "
+                               ".swz.hex or .npz)")
+    json_name = f"{stem}.json"
+    if not (directory / json_name).is_file():
+        raise MalformedVectors(f"{path}: the set is read from its {json_name} (the "
+                               "authoritative form), which is not beside it")
+    if (directory / formats.MANIFEST).exists():
+        listed = read_manifest(directory)["files"]
+        if json_name not in listed:
+            raise MalformedVectors(f"{directory / json_name}: not listed in "
+                                   f"{directory / formats.MANIFEST}")
+        _verify_checksums(directory, {n: e["sha256"] for n, e in listed.items()
+                                      if set_stem(n) == stem})
+        return directory, [json_name], ""
+    return directory, [json_name], (f"note: {directory} has no {formats.MANIFEST}: the "
+                                    f"checksums of {stem} were not verified (its derived "
+                                    "fields were)")
+
+
+@dataclass
+class Vectors:
+    """The cases of VECTORS: case id -> (file name, case), index key -> case id."""
+
+    cases: dict[str, tuple[str, Case]]
+    keys: dict[str, str] = field(default_factory=dict)
+    note: str = ""
+
+
+def open_vectors(path) -> Vectors:
+    """Every case of VECTORS (a vector directory, a directory of set files, or one set's file)
+    with its stored expected outputs, after checking the manifest's checksums where there is a
+    manifest: vectors that were edited or damaged are refused (``MalformedVectors``, naming the
+    file) before anything is judged."""
+    directory, names, note = _set_files(Path(path))
+    found = Vectors({}, {}, note)
+    for name in names:
+        file_path = directory / name
+        _, entries = read_vector_document(file_path)
         for number, entry in enumerate(entries):
-            case = read_case(path, number, entry)
-            if case.id in found:
-                raise MalformedVectors(f"{path}: case {case.id} is also in {found[case.id][0]}; "
-                                       "case IDs are unique")
-            found[case.id] = (name, case)
+            case = read_case(file_path, number, entry)
+            if case.id in found.cases:
+                raise MalformedVectors(f"{file_path}: case {case.id} is also in "
+                                       f"{found.cases[case.id][0]}; case IDs are unique")
+            found.cases[case.id] = (name, case)
+            found.keys[f"{name[:-len('.json')]}:{number}"] = case.id
     return found
+
+
+def load_vectors(path) -> dict[str, tuple[str, Case]]:
+    """case id -> (file name, case with its stored expected outputs); ``open_vectors``."""
+    return open_vectors(path).cases
 
 
 def _inputs_text(case: Case, expected: QuantizedWeight, row: int, group: int) -> str:
@@ -108,180 +180,308 @@ def _inputs_text(case: Case, expected: QuantizedWeight, row: int, group: int) ->
 
 
 class _Report:
-    """Counts and prints errors, stopping after ``max_errors``."""
+    """Prints errors, stopping after ``max_errors``; counts the observed lines that are wrong."""
 
     def __init__(self, out, max_errors):
         self.out, self.max_errors = out, max_errors
-        self.errors = 0
+        self.errors = 0       # entries printed
+        self.wrong = 0        # observed lines that are wrong (each entry's, and the slipped)
+        self.slipped = 0      # wrong only by the file's byte order, said once
+        self.allowance_uses: Counter = Counter()
 
     @property
     def stopped(self) -> bool:
         return self.errors >= self.max_errors
 
-    def error(self, text: str) -> bool:
-        """Print one error; True when the report must stop."""
+    def error(self, text: str, lines: int = 1) -> bool:
+        """Print one error entry standing for ``lines`` wrong lines; True when the report
+        must stop."""
         self.errors += 1
+        self.wrong += lines
         print(text, file=self.out)
         return self.stopped
 
 
-class UnreadableObserved(ValueError):
-    """An observed-result file that holds no result to judge (names the file)."""
+@dataclass
+class _Judging:
+    profile: str
+    allowances: frozenset
+    observed_path: str
 
 
-def read_observed(observed_path) -> list[str]:
-    """The lines of an observed-result file; ``UnreadableObserved`` when it is not text or
-    holds no result line (empty, or only blank lines and comments); ``OSError`` when it cannot
-    be read."""
-    try:
-        lines = Path(observed_path).read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as error:
-        raise UnreadableObserved(f"{observed_path}: not a text file ({error.reason} at byte "
-                                 f"{error.start})") from None
-    if not any(line.split("#", 1)[0].strip() for line in lines):
-        what = "only comments and blank lines" if lines else "the file is empty"
-        raise UnreadableObserved(f"{observed_path}: no observed results ({what}); expected "
-                                 "lines 'case_id row group scale_byte packed' or 'case_id gs "
-                                 "s_g' (docs/vectors.md)")
-    return lines
-
-
-def check(directory, observed_path, max_errors: int = 20, out=None,
-          require_all: bool = False) -> int:
-    """Print mismatches; return 0 when everything observed matches, 1 otherwise. Before
-    anything is judged: unreadable or damaged vectors raise ``MalformedVectors``, an observed
-    file that holds no result ``UnreadableObserved``, one that cannot be read ``OSError``."""
+def check(vectors_path, observed_path, max_errors: int = 20, out=None,
+          require_all: bool = False, profile: str = EXACT, allowances=()) -> int:
+    """Print mismatches under ``profile`` (exact, faithful, format) and ``allowances``; return
+    0 when every observed line conforms, 1 otherwise. Before anything is judged: a bad profile
+    or allowance raises ``ValueError``, unreadable or damaged vectors ``MalformedVectors``, an
+    observed file that holds no result ``UnreadableObserved``, one that cannot be read
+    ``OSError``."""
+    profile, allowances = check_profile(profile, tuple(allowances))
     out = out or sys.stdout
-    vectors = load_vectors(directory)
+    source = open_vectors(vectors_path)
     lines = read_observed(observed_path)
     report = _Report(out, max_errors)
-    observations: dict[str, dict] = {}  # case id -> {"gs": (line, hex), (r, i): (line, byte, packed)}
+    if source.note:
+        print(source.note, file=out)
+    observations: dict[str, CaseObservations] = {}
     for number, raw in enumerate(lines, 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        problem = _parse_line(line, vectors, observations, f"{observed_path}:{number}", raw)
+        problem = parse_line(line, raw, f"{observed_path}:{number}", source.cases, source.keys,
+                             observations)
         if problem and report.error(problem):
             break
 
-    checked = sum(len(obs) for obs in observations.values())
+    judging = _Judging(profile, allowances, str(observed_path))
+    checked = sum(len(o.groups) + (o.scale is not None) for o in observations.values())
     if not report.stopped:
+        unslipped = _undo_file_slip(source.cases, observations, judging, report)
         for case_id, obs in observations.items():
-            if _judge_case(vectors[case_id], obs, report):
+            if report.stopped or _judge_case(source.cases[case_id], obs, unslipped, judging,
+                                             report):
                 break
-    total = sum(int(np.prod(case.shape)) // GROUP for _, case in vectors.values()
+    total = sum(int(np.prod(case.shape)) // GROUP for _, case in source.cases.values()
                 if not isinstance(case.expected, Rejection))
-    seen = sum(1 for obs in observations.values() for key in obs if key != "gs")
+    seen = sum(len(o.groups) for o in observations.values())
     if report.stopped:
         print(f"stopped after {plural(report.errors, 'error')} (--errors {max_errors})", file=out)
-    print(f"{plural(checked, 'observed line')} checked, {plural(report.errors, 'error')}; "
-          f"{seen} of {plural(total, 'group')} of the vectors observed", file=out)
+    slipped = f" ({report.slipped} of them only the byte order above)" if report.slipped else ""
+    print(f"{plural(checked, 'observed line')} checked, {plural(report.wrong, 'error')}"
+          f"{slipped}; {seen} of {plural(total, 'group')} of the vectors observed", file=out)
     if checked == 0:  # every line was malformed: each is an error above
         print(f"{observed_path}: no line could be read as a result", file=out)
         return 1
-    if require_all and seen < total and not report.stopped:
+    missing = require_all and seen < total and not report.stopped
+    if missing:
         print(f"{plural(total - seen, 'group')} of the vectors are missing from the observed "
               "file (--require-all)", file=out)
-        return 1
-    return 1 if report.errors else 0
+    print(_verdict(judging, report, missing), file=out)
+    return 1 if report.wrong or missing else 0
 
 
-def _parse_line(line, vectors, observations, where, raw) -> str | None:
-    """Record one observed line; a problem with the line itself is returned as text."""
-    fields = line.split()
-    entry = vectors.get(fields[0])
-    if entry is None:
-        return f"{where}: unknown case id {fields[0]!r}"
-    case = entry[1]
-    if isinstance(case.expected, Rejection):
-        return (f"{where}: case {fields[0]} is an expected-error case ({case.expected.clause}); "
-                "it has no outputs")
-    obs = observations.setdefault(fields[0], {})
-    if len(fields) == 3 and fields[1] == "gs":
-        if not _HEX8.match(fields[2]):
-            return f"{where}: malformed global scale {fields[2]!r} (8 hex digits)"
-        obs["gs"] = (where, fields[2])
-        return None
-    if len(fields) != 5 or not _HEX2.match(fields[3]) or not _HEX16.match(fields[4]) \
-            or not fields[1].isdigit() or not fields[2].isdigit():
-        return (f"{where}: malformed line {raw.strip()!r}; expected 'case_id row group "
-                "scale_byte(2 hex) packed(16 hex)'")
-    row, group = int(fields[1]), int(fields[2])
-    missing = missing_group(case, row, group)
-    if missing:
-        return f"{where}: {missing}"
-    obs[(row, group)] = (where, int(fields[3], 16), bytes.fromhex(fields[4]))
-    return None
+def _verdict(judging: _Judging, report: _Report, missing: bool) -> str:
+    allowed = ", ".join(sorted(judging.allowances)) or "none"
+    head = (f"profile {judging.profile}" if judging.profile == EXACT else
+            f"profile {judging.profile}, allowances: {allowed}")
+    if report.stopped:
+        return f"{head}: does not conform (checking stopped early)"
+    verdict = "does not conform" if report.wrong or missing else "conforms"
+    used = ", ".join(f"{name} {count}" for name, count in sorted(report.allowance_uses.items()))
+    return f"{head}: {verdict}" + (f" (allowances used: {used})" if used else "")
 
 
-def _judge_case(entry: tuple[str, Case], obs: dict, report: _Report) -> bool:
-    """Diagnose one case's observations; print each mismatching line with its findings.
-    True when the report must stop."""
+# ------------------------------------------------------------------------------------------
+# Byte order (slips.py)
+# ------------------------------------------------------------------------------------------
+
+def _words(case: Case, row: int, group: int, byte: int, packed: bytes) -> GroupWord:
+    """The observed word and the words it may rightly be: the expected one, and where the byte
+    differs, the exact rounding at the observed byte."""
+    expected = case.expected
+    rights = [expected.packed[row, group * 8:(group + 1) * 8].tobytes()]
+    if byte != int(expected.scale_bytes[row, group]) and 1 <= byte <= 0x7E:
+        w = case.exact_weight()[row, group * GROUP:(group + 1) * GROUP]
+        scale = float(expected.global_scale) * float(SCALE_BYTE_VALUES[byte])
+        rights.append(pack_codes(encode_e2m1(w[None, :], np.array([[scale]])))[0].tobytes())
+    return GroupWord(packed, tuple(rights))
+
+
+def _undo_file_slip(cases, observations, judging: _Judging, report: _Report) -> dict:
+    """(case id, row, group) -> the packed word put back in order, when the file's writer
+    rearranged every word (said in one line); else {}."""
+    words = {(case_id, r, i): _words(cases[case_id][1], r, i, line.byte, line.packed)
+             for case_id, obs in observations.items() for (r, i), line in obs.groups.items()}
+    found = file_slip(list(words.values()))
+    if found is None:
+        return {}
+    slip, explained = found
+    report.error(f"[NVFP4-PACK-1] {judging.observed_path}: {slip.words} ({explained} "
+                 f"{'group reads right once its bytes are' if explained == 1 else 'groups read right once their bytes are'} "
+                 "put back in order; every group is judged so below)", lines=0)
+    return {key: slip(word.observed) for key, word in words.items()}
+
+
+# ------------------------------------------------------------------------------------------
+# Judging one case
+# ------------------------------------------------------------------------------------------
+
+def _observed_scale(case: Case, obs: CaseObservations):
+    """(the value as written, its convention) of the case's global-scale line, else the
+    expected multiplier."""
+    if obs.scale is None:
+        return np.float32(case.expected.global_scale), "multiplier"
+    return np.array(int(obs.scale.text, 16), dtype=np.uint32).view(np.float32)[()], \
+        obs.scale.convention
+
+
+def _result(case: Case, groups: dict, scale, convention: str):
+    """The one result record (``diagnose.observe``) of the expected outputs with the observed
+    groups (byte, packed word) put in, and the global scale as observed: what the
+    implementation reported, the groups it did not report taken as expected."""
+    expected = case.expected
+    scale_bytes, packed = expected.scale_bytes.copy(), expected.packed.copy()
+    for (row, group), (byte, word) in groups.items():
+        scale_bytes[row, group] = byte
+        packed[row, group * 8:(group + 1) * 8] = np.frombuffer(word, dtype=np.uint8)
+    return observe(SimpleNamespace(scale_bytes=scale_bytes, packed=packed, global_scale=scale),
+                   case, convention)
+
+
+def _judge_case(entry, obs: CaseObservations, unslipped: dict, judging: _Judging,
+                report: _Report) -> bool:
+    """Diagnose one case's observations; print each wrong line with its findings. True when
+    the report must stop."""
     file_name, case = entry
     expected: QuantizedWeight = case.expected
-    if "gs" in obs:
-        where, text = obs["gs"]
-        observed_sg = np.array(int(text, 16), dtype=np.uint32).view(np.float32)[()]
-        if text.lower() != hexio.fp32_hex(expected.global_scale):
-            with_sg = _substitute(expected, {}, observed_sg)
-            findings = diagnose(case, with_sg).findings
-            amax = np.max(np.abs(case.exact_weight()))
-            line = (f"{case.id} gs  amax={hexio.fp32_hex(np.float32(amax)).upper()} "
-                    f"C={float(case.scale_ceiling):g} => {text.upper()}  expected: "
-                    f"{hexio.fp32_hex(expected.global_scale).upper()}")
-            if report.error("\n".join([line] + ["  " + f.render() for f in findings])):
-                return True
-    groups = {key: value for key, value in obs.items() if key != "gs"}
-    if not groups:
-        return False
-    observed = _substitute(expected, groups, expected.global_scale)
-    by_group: dict[tuple[int, int], list] = {}
-    for finding in diagnose(case, observed).findings:
-        by_group.setdefault(finding.group, []).append(finding)
-    for (row, group), (where, byte, packed) in groups.items():
+    scale, convention = _observed_scale(case, obs)
+    slip_findings: dict[tuple[int, int], list[Finding]] = {}
+    groups = {}
+    for (row, group), line in obs.groups.items():
+        word = unslipped.get((case.id, row, group), line.packed)
+        words = _words(case, row, group, line.byte, word)
+        if words.wrong:
+            found = group_slip(words)
+            if found:
+                slip_findings[(row, group)] = [Finding("NVFP4-PACK-1", found[0], (row, group),
+                                                       kind="pack")]
+                word = found[1]
+        groups[(row, group)] = (line.byte, word)
+
+    tensor_findings: list[Finding] = []
+    by_group: dict[tuple[int, int], list[Finding]] = {}
+    if judging.profile == EXACT:
+        # The global scale with the expected groups, the groups with the expected global
+        # scale: a wrong s_g is said once, not again by every byte that follows from it.
+        if obs.scale is not None:
+            tensor_findings = _diagnosis(case, {}, scale, convention, judging)[0]
+        findings = _diagnosis(case, groups, np.float32(expected.global_scale), "multiplier",
+                              judging)[0] if groups else []
+    else:
+        findings, uses = _diagnosis(case, groups, scale, convention, judging)
+        report.allowance_uses.update(uses)
+    for finding in findings:
+        if finding.group is None:
+            tensor_findings.append(finding)
+        else:
+            by_group.setdefault(finding.group, []).append(finding)
+
+    if tensor_findings and report.error(_scale_text(case, obs, scale, tensor_findings)):
+        return True
+    for (row, group), line in obs.groups.items():
+        listed = slip_findings.get((row, group), []) + by_group.get((row, group), []) \
+            + _swizzle_findings(case, row, group, line)
         want_byte = int(expected.scale_bytes[row, group])
         want_packed = expected.packed[row, group * 8:(group + 1) * 8].tobytes()
-        if byte == want_byte and packed == want_packed:
+        differs = line.byte != want_byte or line.packed != want_packed
+        word = groups[(row, group)][1]
+        if not listed and not (judging.profile == EXACT and differs and word == line.packed):
+            if word != line.packed and differs and (row, group) not in slip_findings:
+                report.wrong += 1  # wrong only by the file's byte order, said once above
+                report.slipped += 1
             continue
         text = (f"{case.id} r{row} g{group}  {_inputs_text(case, expected, row, group)}"
-                f" => {byte:02X} {packed.hex().upper()}"
-                f"  expected: {want_byte:02X} {want_packed.hex().upper()}")
-        text += "".join(f"\n  {f.render()}" for f in by_group.get((row, group), []))
+                f" => {line.byte:02X} {line.packed.hex().upper()}{_offset(line.swizzled)}"
+                f"  expected: {want_byte:02X} {want_packed.hex().upper()}"
+                f"{_offset(None if line.swizzled is None else _want_offset(case, row, group))}")
+        if word != line.packed and (row, group) not in slip_findings:
+            text += f"\n  (the packed word read as {word.hex().upper()}: the byte order above)"
+        text += "".join(f"\n  {f.render()}" for f in listed)
         text += f"\n    (case {case.id} in {file_name}: [{' '.join(case.clauses)}])"
         if report.error(text):
             return True
     return False
 
 
-def _substitute(expected: QuantizedWeight, groups: dict, global_scale) -> QuantizedWeight:
-    """The expected result with the observed groups (byte, packed codes) put in: what an
-    implementation reported, the groups it did not report taken as expected. It reports no
-    initial bytes (the observed file has none)."""
-    scale_bytes = expected.scale_bytes.copy()
-    packed = expected.packed.copy()
-    for (row, group), (_, byte, group_packed) in groups.items():
-        scale_bytes[row, group] = byte
-        packed[row, group * 8:(group + 1) * 8] = np.frombuffer(group_packed, dtype=np.uint8)
-    observed = QuantizedWeight.from_bytes(unpack_codes(packed), scale_bytes, None, global_scale,
-                                          method=expected.method, init=expected.init,
-                                          K=expected.K, U=expected.U,
-                                          scale_ceiling=expected.scale_ceiling)
-    object.__setattr__(observed, "packed", packed)
-    return observed
+def _diagnosis(case, groups, scale, convention, judging: _Judging):
+    """(findings, allowance uses) of the one diagnoser."""
+    observed, structure = _result(case, groups, scale, convention)
+    if structure:
+        return structure, Counter()
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)  # an objective may overflow to +inf
+        diagnosis = diagnose(case, observed, profile=judging.profile,
+                             allowances=judging.allowances)
+    return diagnosis.findings, diagnosis.allowance_uses
 
 
-def observed_lines(directory, with_global_scale: bool = True) -> list[str]:
-    """The correct observed file for DIR (what a conforming implementation would write)."""
+def _scale_text(case: Case, obs: CaseObservations, scale, findings) -> str:
+    expected = case.expected
+    want = np.float32(expected.global_scale)
+    amax = np.max(np.abs(case.exact_weight()))
+    head = f"{case.id} {obs.scale.keyword if obs.scale else 'gs'}"
+    what = obs.scale.text.upper() if obs.scale else "(no gs line)"
+    if obs.scale is not None and obs.scale.convention == "reciprocal":
+        want_r = reciprocal_from_multiplier(want)
+        back = multiplier_from_reciprocal(want_r)
+        text = (f"{head}  amax={hexio.fp32_hex(np.float32(amax)).upper()} "
+                f"C={float(case.scale_ceiling):g} => {what}  expected: "
+                f"{hexio.fp32_hex(want_r).upper()} (r = fp32(1/s_g), s_g = "
+                f"{hexio.fp32_hex(want).upper()}"
+                + (")" if float(back) == float(want) else
+                   f", which no fp32 r reads back as: fp32(1/r) = {hexio.fp32_hex(back).upper()}"
+                   "; NVFP4-GS-4, and the gs4-* cases)"))
+    else:
+        text = (f"{head}  amax={hexio.fp32_hex(np.float32(amax)).upper()} "
+                f"C={float(case.scale_ceiling):g} => {what}  expected: "
+                f"{hexio.fp32_hex(want).upper()}")
+    return "\n".join([text] + ["  " + f.render() for f in findings])
+
+
+def _want_offset(case: Case, row: int, group: int) -> int:
+    return int(swizzle_offset(np.array(row), np.array(group), case.shape[1] // GROUP))
+
+
+def _offset(value) -> str:
+    return "" if value is None else f" {value:08X}"
+
+
+def _swizzle_findings(case: Case, row: int, group: int, line) -> list[Finding]:
+    """NVFP4-PACK-3: the offset the implementation gave the group's scale byte in the 128x4
+    layout, when it reported one."""
+    if line.swizzled is None:
+        return []
+    want = _want_offset(case, row, group)
+    if line.swizzled == want:
+        return []
+    n = case.shape[1]
+    return [Finding(
+        "NVFP4-PACK-3", f"swizzled offset of the scale byte expected 0x{want:08X} ({want}) "
+        f"observed 0x{line.swizzled:08X} ({line.swizzled}): offset(r, k) = ((r // 128) * "
+        f"ceil(n / 64) + k // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + k % 4 with "
+        f"r = {row}, k = {group}, n = {n}", (row, group), kind="swizzle",
+        expected=f"0x{want:08X}", observed=f"0x{line.swizzled:08X}")]
+
+
+# ------------------------------------------------------------------------------------------
+# What a conforming implementation writes
+# ------------------------------------------------------------------------------------------
+
+def observed_lines(vectors_path, with_global_scale: bool = True, index_keys: bool = False,
+                   swizzled: bool = False, reciprocal: bool = False) -> list[str]:
+    """The correct observed file for VECTORS (what a conforming implementation would write):
+    keyed by case id or (``index_keys``) by ``<set>:<case_index>``, with the swizzled offset
+    of each scale byte (``swizzled``), the global scale as ``gs`` or (``reciprocal``) as the
+    stored reciprocal ``gsr`` (NVFP4-GS-4)."""
+    source = open_vectors(vectors_path)
+    key_of = {case_id: key for key, case_id in source.keys.items()} if index_keys else {}
     lines = []
-    for case_id, (_, case) in load_vectors(directory).items():
+    for case_id, (_, case) in source.cases.items():
         expected = case.expected
         if isinstance(expected, Rejection):
             continue
-        if with_global_scale:
-            lines.append(f"{case_id} gs {hexio.fp32_hex(expected.global_scale)}")
+        key = key_of.get(case_id, case_id)
+        if with_global_scale and reciprocal:
+            lines.append(f"{key} gsr "
+                         f"{hexio.fp32_hex(reciprocal_from_multiplier(expected.global_scale))}")
+        elif with_global_scale:
+            lines.append(f"{key} gs {hexio.fp32_hex(expected.global_scale)}")
         rows, cols = case.shape
         for r in range(rows):
             for i in range(cols // GROUP):
-                lines.append(f"{case_id} {r} {i} {int(expected.scale_bytes[r, i]):02x} "
-                             f"{expected.packed[r, i * 8:(i + 1) * 8].tobytes().hex()}")
+                line = (f"{key} {r} {i} {int(expected.scale_bytes[r, i]):02x} "
+                        f"{expected.packed[r, i * 8:(i + 1) * 8].tobytes().hex()}")
+                if swizzled:
+                    line += f" {_want_offset(case, r, i):08x}"
+                lines.append(line)
     return lines

@@ -16,6 +16,8 @@ from hscale import SPEC_VERSION, files
 from hscale.judge.cases import Case, Rejection  # noqa: F401 - in Record's annotation
 from hscale.reference import QuantizedWeight  # noqa: F401 - in Record's annotation
 from hscale.reference.constants import GROUP_SIZE
+from hscale.reference.global_scale import multiplier_from_reciprocal, reciprocal_from_multiplier
+from hscale.reference.packing import swizzle_offset
 
 from . import hexio
 from .serialize import ERROR_SET, case_json, dtype_name, parameters_of
@@ -40,6 +42,9 @@ CONVENTIONS = {
     "swizzled_scale_bytes": "the 128x4 tiled layout of block-scaled GEMMs (NVFP4-PACK-3), "
                             "zero padded, 32 bytes per string",
     "dequantized": "fp32 code_value * e4m3(scale_byte) * s_g, rounded once (NVFP4-DEQ-1)",
+    "global_scale_reciprocal": "r = fp32(1 / s_g), what a format that stores the reciprocal "
+                               "writes (NVFP4-GS-4); global_scale_reciprocal_reads_back says "
+                               "whether fp32(1 / r) is s_g again",
 }
 
 
@@ -130,14 +135,24 @@ def _common_header(kind: str, header: dict) -> list[str]:
     return lines
 
 
-def _case_table(records) -> list[str]:
-    lines = ["// cases:"]
+def _case_table(set_name: str, records) -> list[str]:
+    lines = ["// cases: index (the case field, hex), the key of its observed lines "
+             "(<set>:<index>, decimal), case id, shape, s_g, clauses"]
     for index, (case, outputs) in enumerate(records):
         m, n = case.weight.shape
         source = "supplied" if case.global_scale is not None else "computed"
-        lines.append(f"//   {index:04x} {case.id}  {m}x{n}  s_g {source}  "
+        lines.append(f"//   {index:04x}  {set_name}:{index}  {case.id}  {m}x{n}  s_g {source}  "
                      f"[{' '.join(case.clauses)}]")
     return lines
+
+
+def group_line_fields(dtype_name: str, with_h: bool) -> list[tuple[str, int, str]]:
+    """(name, hex digits, meaning) of each field of a ``<set>.hex`` line, left (MSB) first."""
+    return _group_fields(dtype_name, with_h)
+
+
+def line_bits(fields) -> int:
+    return 4 * sum(digits for _, digits, _ in fields)
 
 
 def hex_text(header: dict, records: list[Record]) -> str:
@@ -147,7 +162,7 @@ def hex_text(header: dict, records: list[Record]) -> str:
     fields = _group_fields(dtype_name(case0), with_h)
     lines = _common_header("one line per group", header)
     lines += _field_table(fields)
-    lines += _case_table(records)
+    lines += _case_table(header["set"], records)
     count = sum(c.weight.shape[0] * c.weight.shape[1] // GROUP_SIZE for c, _ in records)
     lines.append(f"// {count} group lines follow")
     for index, (case, out) in enumerate(records):
@@ -178,6 +193,8 @@ GS_FIELDS = [
     ("ceiling", 16, "scale ceiling C, float64 bits"),
     ("given", 2, "01 if s_g was supplied by the caller (NVFP4-GS-3), else 00"),
     ("s_g", 8, "expected global scale, fp32 bits (NVFP4-GS-1, NVFP4-GS-2)"),
+    ("r", 8, "s_g stored as its reciprocal, r = fp32(1/s_g), fp32 bits (NVFP4-GS-4; "
+             "fp32(1/r) is s_g unless the case table says otherwise)"),
 ]
 
 
@@ -185,14 +202,53 @@ def gs_hex_text(header: dict, records: list[Record]) -> str:
     """One line per case: the tensor-level global scale computation."""
     lines = _common_header("one line per case, the global scale", header)
     lines += _field_table(GS_FIELDS)
-    lines += _case_table(records)
+    lines += _case_table(header["set"], records)
+    for index, (case, out) in enumerate(records):
+        r = reciprocal_from_multiplier(out.global_scale)
+        if multiplier_from_reciprocal(r) != np.float32(out.global_scale):
+            lines.append(f"//   case {index:04x}: no fp32 r has fp32(1/r) = s_g; fp32(1/r) = "
+                         f"{hexio.fp32_hex(multiplier_from_reciprocal(r))} (NVFP4-GS-4)")
     for index, (case, out) in enumerate(records):
         amax = np.max(np.abs(case.weight.astype(np.float64)))
         parts = [format(index, "04x"), hexio.fp32_hex(np.float32(amax)),
                  hexio.fp64_hex(case.scale_ceiling),
                  "01" if case.global_scale is not None else "00",
-                 hexio.fp32_hex(out.global_scale)]
+                 hexio.fp32_hex(out.global_scale),
+                 hexio.fp32_hex(reciprocal_from_multiplier(out.global_scale))]
         lines.append("_".join(parts))
+    return "\n".join(lines) + "\n"
+
+
+SWZ_FIELDS = [
+    ("case", 4, "case index (same table as the group file)"),
+    ("row", 4, "row r of the weight"),
+    ("group", 4, "group column k (the scale byte's column)"),
+    ("rows", 4, "m, the weight's rows"),
+    ("cols", 4, "n/16, the weight's scale columns"),
+    ("offset", 8, "expected byte offset of scale byte (r, k) in the case's 128x4 swizzled "
+                  "buffer of ceil(m/128) * ceil(n/64) * 512 bytes (NVFP4-PACK-3)"),
+    ("scale", 2, "expected scale byte (E4M3), the byte stored there"),
+]
+
+
+def swz_hex_text(header: dict, records: list[Record]) -> str:
+    """One line per group, in the order of the group file: where its scale byte goes in the
+    swizzled 128x4 layout (NVFP4-PACK-3). Every other byte of the buffer is padding, 0x00."""
+    lines = _common_header("one line per group, the swizzled 128x4 scale layout", header)
+    lines.append("// offset(r, k) = ((r // 128) * ceil(n / 64) + k // 4) * 512 + (r % 32) * 16 "
+                 "+ ((r % 128) // 32) * 4 + k % 4; bytes no group fills are 0x00")
+    lines += _field_table(SWZ_FIELDS)
+    lines += _case_table(header["set"], records)
+    for index, (case, out) in enumerate(records):
+        rows, cols = case.weight.shape
+        scale_cols = cols // GROUP_SIZE
+        for r in range(rows):
+            for k in range(scale_cols):
+                offset = int(swizzle_offset(np.array(r), np.array(k), scale_cols))
+                lines.append("_".join([format(index, "04x"), format(r, "04x"), format(k, "04x"),
+                                       format(rows, "04x"), format(scale_cols, "04x"),
+                                       format(offset, "08x"),
+                                       format(int(out.scale_bytes[r, k]), "02x")]))
     return "\n".join(lines) + "\n"
 
 
@@ -217,6 +273,8 @@ def npz_bytes(header: dict, records: list[Record]) -> bytes:
         if case.global_scale is not None:
             arrays[p + "global_scale_in"] = np.array(case.global_scale, dtype=np.float32)
         arrays[p + "global_scale"] = np.array(out.global_scale, dtype=np.float32)
+        arrays[p + "global_scale_reciprocal"] = np.array(
+            reciprocal_from_multiplier(out.global_scale), dtype=np.float32)
         arrays[p + "initial_bytes"] = out.initial_bytes
         arrays[p + "scale_bytes"] = out.scale_bytes
         arrays[p + "delta"] = out.delta
@@ -239,6 +297,7 @@ def render_set(header: dict, records: list[Record]) -> dict[str, bytes]:
         files[f"{name}.npz"] = npz_bytes(header, records)
         files[f"{name}.hex"] = hex_text(header, records).encode("ascii")
         files[f"{name}.gs.hex"] = gs_hex_text(header, records).encode("ascii")
+        files[f"{name}.swz.hex"] = swz_hex_text(header, records).encode("ascii")
     return files
 
 

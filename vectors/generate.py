@@ -60,10 +60,13 @@ def write_files(out: Path, files: dict[str, bytes], clean: bool = True) -> None:
     that this run does not write (nothing else in DIR is touched)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    for name in files:  # before writing anything: no link, device or directory is replaced
+        output_files.check_target(out / name, "--out")
     if clean:
         for name in _previous_files(out):
             old = out / name
-            if name not in files and old.is_file() and _is_vector_file(name):
+            if name not in files and old.is_file() and not old.is_symlink() \
+                    and _is_vector_file(name):
                 old.unlink()
     for name, data in files.items():
         path = out / name
@@ -82,4 +85,4 @@ def _previous_files(out: Path) -> list[str]:
 
 def _is_vector_file(name: str) -> bool:
     return name in (formats.MANIFEST, formats.SHA256SUMS) or name.endswith(
-        (".json", ".npz", ".hex"))
+        (".json", ".npz", ".hex"))  # .gs.hex and .swz.hex included

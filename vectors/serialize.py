@@ -18,6 +18,7 @@ import numpy as np
 
 from hscale.judge.cases import Case, CaseError, Rejection
 from hscale.reference import QuantizedWeight, swizzle_scale_bytes
+from hscale.reference.global_scale import multiplier_from_reciprocal, reciprocal_from_multiplier
 
 from . import hexio
 
@@ -143,8 +144,12 @@ def case_outputs_json(outputs: QuantizedWeight | Rejection) -> dict:
     if isinstance(outputs, Rejection):
         return {"error": {"clause": outputs.clause, "message": outputs.message}}
     swizzled = outputs.swizzled_scale_bytes()
+    reciprocal = reciprocal_from_multiplier(outputs.global_scale)
     return {
         "global_scale": hexio.fp32_hex(outputs.global_scale),
+        "global_scale_reciprocal": hexio.fp32_hex(reciprocal),
+        "global_scale_reciprocal_reads_back":
+            bool(multiplier_from_reciprocal(reciprocal) == np.float32(outputs.global_scale)),
         "initial_bytes": [hexio.byte_groups(r, 1) for r in outputs.initial_bytes],
         "scale_bytes": [hexio.byte_groups(r, 1) for r in outputs.scale_bytes],
         "delta": [" ".join(f"{int(d):+d}" for d in r) for r in outputs.delta],
@@ -226,7 +231,16 @@ def expected_from_json(entry: dict) -> QuantizedWeight | Rejection:
         "dequantized": (hexio.matrix_from_rows(expected["dequantized"], "float32", (rows, cols)),
                         outputs.dequantize()),
     }
+    if "global_scale_reciprocal" in expected:  # NVFP4-GS-4: r = fp32(1 / s_g)
+        reciprocal = reciprocal_from_multiplier(outputs.global_scale)
+        derived["global_scale_reciprocal"] = (
+            hexio.scalar_from_hex(expected["global_scale_reciprocal"]), reciprocal)
+        derived["global_scale_reciprocal_reads_back"] = (
+            np.array(expected.get("global_scale_reciprocal_reads_back")),
+            np.array(bool(multiplier_from_reciprocal(reciprocal)
+                          == np.float32(outputs.global_scale))))
     for name, (stored, implied) in derived.items():
+        stored, implied = np.asarray(stored), np.asarray(implied)
         if stored.shape != implied.shape or stored.tobytes() != implied.tobytes():
             raise MalformedVectors(f"case {entry['id']}: expected.{name} does not follow from "
                                    "the stored codes, scale bytes and global scale")

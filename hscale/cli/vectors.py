@@ -47,13 +47,24 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     p = commands.add_parser("check", help="compare a third-party result file with DIR "
                                           "(TestFloat-style report)")
     p.add_argument("dir", type=Path, nargs="?", default=DEFAULT_LEVEL0_DIR,
-                   help="vector directory (default: the committed level-0 set)")
+                   help="vector directory (default: the committed level-0 set), a directory "
+                        "of set files without a manifest, or one set's file (<set>.json, or "
+                        "its .hex beside the .json)")
     p.add_argument("--observed", required=True, type=Path,
-                   help="result file: lines 'case_id row group scale_byte packed_hex' and "
-                        "optionally 'case_id gs s_g_hex' (see docs/vectors.md)")
+                   help="result file: lines 'KEY row group scale_byte packed_hex "
+                        "[swizzled_offset_hex]', optionally 'KEY gs s_g_hex' (the multiplier) "
+                        "or 'KEY gsr r_hex' (the stored reciprocal, NVFP4-GS-4); KEY is a case "
+                        "id or SET:CASE_INDEX (see docs/vectors.md)")
     p.add_argument("--errors", type=int, default=20, help="stop after N errors (default 20)")
     p.add_argument("--require-all", action="store_true",
                    help="also fail when groups of the vectors are missing from the file")
+    p.add_argument("--profile", default="exact", metavar="PROFILE",
+                   help="exact (default: bit for bit), faithful (the certificate, with the "
+                        "divergences --allow names) or format (the format clauses only), as "
+                        "the conformance suite judges")
+    p.add_argument("--allow", action="append", default=[], metavar="NAME",
+                   help="an allowance of the faithful or format profile (repeatable), e.g. "
+                        "reciprocal-multiply; the names of docs/spec.md section 7")
 
     p = commands.add_parser("expect", help="write the observed file a conforming "
                                            "implementation would produce for DIR")
@@ -63,6 +74,15 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                    help="file to write ('-', the default: standard output); never a device, a "
                         "symbolic link or anything but a regular file")
     p.add_argument("--no-gs", action="store_true", help="leave out the 'gs' lines")
+    p.add_argument("--index-keys", action="store_true",
+                   help="key the lines SET:CASE_INDEX (as a bench that knows only the .hex "
+                        "file's case table writes them) instead of by case id")
+    p.add_argument("--swizzled", action="store_true",
+                   help="add each scale byte's offset in the 128x4 swizzled layout "
+                        "(NVFP4-PACK-3) as a sixth field")
+    p.add_argument("--reciprocal", action="store_true",
+                   help="write the global scale as the stored reciprocal ('gsr' lines, "
+                        "NVFP4-GS-4) instead of the multiplier ('gs')")
 
     p = commands.add_parser("explain", help="one group worked end to end: inputs, s_g, every "
                                             "candidate's objective, the chosen byte")
@@ -115,6 +135,8 @@ def _generate(args) -> int:
     from hscale.vectors.generate import generate_files, write_files
     check_at_least("--seed", args.seed, 0)
     options = _generation_options(args)
+    if str(args.out) == "-":
+        raise UsageError("--out -: generate writes a directory of files, not standard output")
     try:  # before the work: a directory that cannot be made fails now
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -158,14 +180,23 @@ def _run(args) -> int:
               "matches)")
         return 0
     if command == "check":
+        from hscale.judge.profiles import check_profile
         from hscale.vectors.check import check
         check_at_least("--errors", args.errors, 1)
+        try:
+            profile, allowances = check_profile(args.profile, tuple(dict.fromkeys(args.allow)))
+        except ValueError as error:
+            raise UsageError(f"--profile {args.profile}"
+                             + "".join(f" --allow {a}" for a in args.allow)
+                             + f": {error}") from None
         return check(args.dir, args.observed, max_errors=args.errors,
-                     require_all=args.require_all)
+                     require_all=args.require_all, profile=profile, allowances=allowances)
     if command == "expect":
         from hscale.vectors.check import observed_lines
         check_output_file("--out", args.out)  # before the work
-        write_text(args.out, "\n".join(observed_lines(args.dir, not args.no_gs)) + "\n")
+        lines = observed_lines(args.dir, not args.no_gs, index_keys=args.index_keys,
+                               swizzled=args.swizzled, reciprocal=args.reciprocal)
+        write_text(args.out, "\n".join(lines) + "\n")
         return 0
     if command == "explain":
         from hscale.vectors.check import load_vectors

@@ -16,7 +16,8 @@ matched (and the benches' own comparisons of c0, dequantized values, amax and s_
 
 Benches:
   sv      tb/tb_vectors.sv: $readmemh of <set>.hex / <set>.gs.hex, $fwrite of the observed file
-          in the index-key form `<set>:<case_index> ...`; compiled once per line layout (the
+          keyed `<set>:<case_index>` (read by `hscale vectors check` as is); compiled once per
+          line layout (the
           line width LINE_W, weight width W_BITS and HAS_H are parameters passed from the set's
           header), run once per set with plusargs.
   cocotb  tb/cocotb_vectors.py: one cocotb simulation per simulator streams every set through
@@ -71,8 +72,8 @@ INITS = {"maxabs": 0, "4over6": 1}
 MAX_LINES_DEFAULT = 1024     # tb_vectors MAX_LINES (raised per build when a set needs more)
 MAX_CASES_DEFAULT = 256
 SIMULATORS = ("icarus", "verilator")
-GS_FIELDS = {"case": (151, 136), "amax": (135, 104), "ceiling": (103, 40), "given": (39, 32),
-             "s_g": (31, 0)}
+GS_FIELDS = {"case": (183, 168), "amax": (167, 136), "ceiling": (135, 72), "given": (71, 64),
+             "s_g": (63, 32), "r": (31, 0)}
 
 
 # ---- the vector sets ----------------------------------------------------------------------------
@@ -110,7 +111,8 @@ class VectorSet:
 
 
 _FIELD_RE = re.compile(r"^//\s+(\w+)\s+(\d+)\s+\[\s*(\d+):\s*(\d+)\]")
-_CASE_RE = re.compile(r"^//\s+([0-9a-f]{4})\s+(\S+)\s+(\d+)x(\d+)\s")
+# the case table: index (hex), the observed-line key <set>:<index>, case id, shape, ...
+_CASE_RE = re.compile(r"^//\s+([0-9a-f]{4})\s+\S+:\d+\s+(\S+)\s+(\d+)x(\d+)\s")
 
 
 def _read_header(path: Path) -> tuple[dict, int, dict, dict, int]:
@@ -154,9 +156,10 @@ def discover_sets(directory: Path = LEVEL0) -> list[VectorSet]:
     manifest = directory / "manifest.json"
     if manifest.exists():
         names = sorted(n for n in json.loads(manifest.read_text())["files"]
-                       if n.endswith(".hex") and not n.endswith(".gs.hex"))
+                       if n.endswith(".hex") and not n.endswith((".gs.hex", ".swz.hex")))
     else:
-        names = sorted(p.name for p in directory.glob("*.hex") if not p.name.endswith(".gs.hex"))
+        names = sorted(p.name for p in directory.glob("*.hex")
+                       if not p.name.endswith((".gs.hex", ".swz.hex")))
     return [read_set(directory / n) for n in names]
 
 
@@ -330,38 +333,6 @@ def run_check(directory: Path, observed: Path) -> CheckResult:
     return CheckResult(proc.returncode, errors, lines, clauses, text, cmd)
 
 
-_INDEX_KEYS_ACCEPTED: dict[str, bool] = {}
-
-
-def check_accepts_index_keys(vs: VectorSet, work: Path) -> bool:
-    """Whether `hscale vectors check` already reads `<set>:<case_index>` keys (asked once, with
-    a one-line file)."""
-    key = str(vs.hex_path.parent)
-    if key not in _INDEX_KEYS_ACCEPTED:
-        probe = work / "index-key-probe.txt"
-        probe.parent.mkdir(parents=True, exist_ok=True)
-        index = min(vs.case_ids)
-        probe.write_text(f"{vs.name}:{index} gs 00000000\n")
-        text = run_check(vs.hex_path.parent, probe).text
-        _INDEX_KEYS_ACCEPTED[key] = "unknown case id" not in text
-    return _INDEX_KEYS_ACCEPTED[key]
-
-
-def translate_index_keys(observed: Path, vs: VectorSet, target: Path) -> Path:
-    """TEMPORARY: rewrite `<set>:<case_index>` keys into case ids, from the case table in the
-    .hex header, for a `hscale vectors check` that does not accept index keys yet. This function
-    goes away once check accepts index keys (run_bench then checks the bench's file as it is)."""
-    out = []
-    for line in observed.read_text(encoding="utf-8").splitlines():
-        key, sep, rest = line.partition(" ")
-        set_name, colon, index = key.partition(":")
-        if colon and index.isdigit() and set_name == vs.name and int(index) in vs.case_ids:
-            line = f"{vs.case_ids[int(index)]}{sep}{rest}"
-        out.append(line)
-    target.write_text("\n".join(out) + "\n", encoding="utf-8")
-    return target
-
-
 # ---- results --------------------------------------------------------------------------------------
 
 @dataclass
@@ -410,14 +381,12 @@ class BenchResult:
 
 
 def _judge(vs: VectorSet, raw: Path, work: Path, result: SetResult) -> None:
-    """Run check on a bench's observed file (translated when it holds index keys that check
-    does not read yet)."""
+    """Run check on a bench's observed file, as the bench wrote it (the SV bench's lines are
+    keyed <set>:<case_index>, the cocotb bench's by case id)."""
     observed = raw
     text = raw.read_text(encoding="utf-8")
     result.groups = sum(1 for line in text.splitlines()
                         if line and not line.startswith("#") and " gs " not in line)
-    if f"{vs.name}:" in text and not check_accepts_index_keys(vs, work):
-        observed = translate_index_keys(raw, vs, raw.with_suffix(".ids.txt"))
     check = run_check(vs.hex_path.parent, observed)
     result.observed, result.check_rc, result.mismatches = observed, check.rc, check.errors
     result.clauses, result.check_text = check.clauses, check.text
@@ -531,7 +500,8 @@ def _run_cocotb(sim: str, sets: list[VectorSet], bug: int, out: Path, jobs: int,
     for vs in sets:
         plan["sets"].append({
             "name": vs.name, "hex": str(vs.hex_path), "gs": str(vs.gs_path),
-            "config": config_of(vs), "fields": vs.fields, "case_ids": vs.case_ids,
+            "config": config_of(vs), "fields": vs.fields, "gs_fields": vs.gs_fields,
+            "case_ids": vs.case_ids,
             "observed": str(out / f"{vs.name}.observed.txt"),
             "summary": str(out / f"{vs.name}.summary.json")})
     out.mkdir(parents=True, exist_ok=True)
@@ -688,7 +658,7 @@ def report(result: BenchResult, log=print) -> None:
         log(f"   total: {len(result.sets)} sets, {groups} groups, {result.mismatches} mismatches "
             f"(check), {sum(1 for s in result.sets if s.passed)} sets passed; "
             f"build {result.build_s:.1f} s, wall {result.wall_s:.1f} s")
-        log(f"   check: {result.check_command.replace('OBSERVED', '<out>/<set>.observed[.ids].txt')}")
+        log(f"   check: {result.check_command.replace('OBSERVED', '<out>/<set>.observed.txt')}")
 
 
 def main(argv=None) -> int:

@@ -46,6 +46,7 @@ class _Set:
     def __init__(self, entry: dict):
         self.entry = entry
         self.fields = {k: tuple(v) for k, v in entry["fields"].items()}
+        self.gs_fields = {k: tuple(v) for k, v in entry["gs_fields"].items()}
         self.case_ids = {int(k): v for k, v in entry["case_ids"].items()}
         self.lines = _read_words(entry["hex"])
         self.gs = _read_words(entry["gs"])
@@ -78,6 +79,7 @@ async def _reset(dut):
 
 async def _run_set(dut, vs: _Set) -> dict:
     f, cfg = vs.fields, vs.entry["config"]
+    g = vs.gs_fields
     counts = {"groups": 0, "c0_mismatches": 0, "deq_mismatches": 0, "amax_mismatches": 0,
               "sg_mismatches": 0, "gs_rejects": 0, "cycles": 0}
     dut.cfg_dtype.value = cfg["dtype"]
@@ -91,7 +93,7 @@ async def _run_set(dut, vs: _Set) -> dict:
         cases.setdefault(_bits(word, f["case"]), []).append(index)
     observed = [f"# cocotb_vectors (cocotb bench), set {vs.entry['name']}"]
     for gs_word in vs.gs:
-        case = _bits(gs_word, (151, 136))
+        case = _bits(gs_word, g["case"])
         members = cases.get(case, [])
         # pass 1: the tensor's amax (NVFP4-GS-1)
         dut.am_clear.value = 1
@@ -104,14 +106,14 @@ async def _run_set(dut, vs: _Set) -> dict:
             counts["cycles"] += 1
         dut.am_valid.value = 0
         amax = int(dut.am_amax.value)
-        if members and amax != _bits(gs_word, (135, 104)):
+        if members and amax != _bits(gs_word, g["amax"]):
             counts["amax_mismatches"] += 1
         # the global scale (NVFP4-GS-1..3)
         dut.gs_valid.value = 1
         dut.gs_amax.value = amax
-        dut.gs_ceiling.value = _bits(gs_word, (103, 40))
-        dut.gs_given.value = _bits(gs_word, (39, 32)) & 1
-        dut.gs_supplied.value = _bits(gs_word, (31, 0))
+        dut.gs_ceiling.value = _bits(gs_word, g["ceiling"])
+        dut.gs_given.value = _bits(gs_word, g["given"]) & 1
+        dut.gs_supplied.value = _bits(gs_word, g["s_g"])
         await FallingEdge(dut.clk)
         dut.gs_valid.value = 0
         sg = int(dut.gs_sg.value)

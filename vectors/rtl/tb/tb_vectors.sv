@@ -40,7 +40,9 @@ module tb_vectors
   localparam int OFF_CASE   = OFF_ROW + 16;
 
   logic [LINE_W-1:0] vec [0:MAX_LINES-1];
-  logic [151:0]      gsv [0:MAX_CASES-1];   // case 16 | amax 32 | ceiling 64 | given 8 | s_g 32
+  // .gs.hex: case 16 | amax 32 | ceiling 64 | given 8 | s_g 32 | r 32 (r = fp32(1/s_g), NVFP4-GS-4,
+  // not used: the RTL stores the multiplier)
+  logic [183:0]      gsv [0:MAX_CASES-1];
 
   // ---- DUT -----------------------------------------------------------------------------------
   logic clk = 1'b0, rst_n = 1'b0;
@@ -144,7 +146,7 @@ module tb_vectors
 
     l = 0;
     for (int c = 0; c < ncases; c++) begin
-      if (gsv[c][151:136] != 16'(c)) $fatal(1, "%s line %0d is case %0d", gsfile, c, gsv[c][151:136]);
+      if (gsv[c][183:168] != 16'(c)) $fatal(1, "%s line %0d is case %0d", gsfile, c, gsv[c][183:168]);
       l0 = l;
       while (l < nlines && vec[l][OFF_CASE +: 16] == 16'(c)) l = l + 1;
       l1 = l;
@@ -158,16 +160,16 @@ module tb_vectors
         @(negedge clk);
       end
       am_valid = 1'b0;
-      if (l1 > l0 && am_amax !== gsv[c][135:104]) begin
+      if (l1 > l0 && am_amax !== gsv[c][167:136]) begin
         amax_bad = amax_bad + 1;
-        $display("TB_NOTE amax case %0d: %08x expected %08x", c, am_amax, gsv[c][135:104]);
+        $display("TB_NOTE amax case %0d: %08x expected %08x", c, am_amax, gsv[c][167:136]);
       end
       // the global scale (NVFP4-GS-1..3)
       gs_valid = 1'b1;
       gs_amax = am_amax;
-      gs_ceiling = gsv[c][103:40];
-      gs_given = gsv[c][32];
-      gs_supplied = gsv[c][31:0];     // the caller's s_g, when given
+      gs_ceiling = gsv[c][135:72];
+      gs_given = gsv[c][64];
+      gs_supplied = gsv[c][63:32];     // the caller's s_g, when given
       @(negedge clk);
       gs_valid = 1'b0;
       sg = gs_sg;
