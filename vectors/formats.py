@@ -52,11 +52,12 @@ CONVENTIONS = {
 # JSON
 # ------------------------------------------------------------------------------------------
 
-def set_header(set_name: str, level: int, seed: int, first_case: Case) -> dict:
+def set_header(set_name: str, level: int, seed: int, first_case: Case,
+               spec_version: str = SPEC_VERSION) -> dict:
     return {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
-        "spec_version": SPEC_VERSION,
+        "spec_version": spec_version,
         "level": level,
         "seed": seed,
         "set": set_name,
@@ -306,13 +307,14 @@ def sha256(data: bytes) -> str:
 
 
 def manifest_files(files: dict[str, bytes], level: int, seed: int,
-                   clause_index: dict[str, list[str]], case_count: int) -> dict[str, bytes]:
+                   clause_index: dict[str, list[str]], case_count: int,
+                   spec_version: str = SPEC_VERSION) -> dict[str, bytes]:
     """``manifest.json`` (spec version, every file with its SHA-256 and size, the clause ->
     case index) and ``SHA256SUMS`` (for ``sha256sum -c``)."""
     manifest = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
-        "spec_version": SPEC_VERSION,
+        "spec_version": spec_version,
         "level": level,
         "seed": seed,
         "case_count": case_count,

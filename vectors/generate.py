@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hscale import SPEC_VERSION
 from hscale import files as output_files
 
 from . import formats
@@ -38,14 +39,17 @@ def group_sets(records: list[Record]) -> dict[str, list[Record]]:
     return {name: sets[name] for name in names}
 
 
-def render_level(records: list[Record], level: int, seed: int) -> dict[str, bytes]:
-    """Every file of a level (sets in all formats, manifest.json, SHA256SUMS)."""
+def render_level(records: list[Record], level: int, seed: int,
+                 spec_version: str = SPEC_VERSION) -> dict[str, bytes]:
+    """Every file of a level (sets in all formats, manifest.json, SHA256SUMS), stamped with the
+    spec version they are made under (this kit's, unless re-rendering older vectors)."""
     files: dict[str, bytes] = {}
     for name, set_records in group_sets(records).items():
-        header = formats.set_header(name, level, seed, set_records[0][0])
+        header = formats.set_header(name, level, seed, set_records[0][0], spec_version)
         files.update(formats.render_set(header, set_records))
     cases = [case for case, _ in records]
-    files.update(formats.manifest_files(files, level, seed, clause_index(cases), len(cases)))
+    files.update(formats.manifest_files(files, level, seed, clause_index(cases), len(cases),
+                                        spec_version))
     return files
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hscale import SPEC_VERSION
+from hscale import SPEC_VERSION, same_major_version
 from hscale.judge.findings import plural
 
 from . import formats
@@ -74,9 +74,12 @@ def verify_dir(directory) -> list[str]:
     if not isinstance(level, int) or not isinstance(seed, int):
         return [f"{formats.MANIFEST}: no 'level' and 'seed' (whole numbers) to recompute the "
                 "vectors with"]
-    if manifest.get("spec_version") != SPEC_VERSION:
-        problems.append(f"{formats.MANIFEST}: vectors are for spec version "
-                        f"{manifest.get('spec_version')!r}, the reference is {SPEC_VERSION!r}")
+    made_under = manifest.get("spec_version")
+    if not same_major_version(made_under, SPEC_VERSION):
+        problems.append(f"{formats.MANIFEST}: vectors are for spec version {made_under!r}, the "
+                        f"reference is {SPEC_VERSION!r}: vectors apply within one major version "
+                        "(docs/spec.md, How the version changes)")
+        made_under = SPEC_VERSION
 
     # 1. checksums
     present = {p.name for p in directory.iterdir() if p.is_file() and _is_vector_file(p.name)}
@@ -121,7 +124,7 @@ def verify_dir(directory) -> list[str]:
         if not records or len(records) != len(cases):
             continue
         set_name = name[:-len(".json")]
-        header = formats.set_header(set_name, level, seed, records[0][0])
+        header = formats.set_header(set_name, level, seed, records[0][0], made_under)
         for key in HEADER_KEYS:
             if document.get(key) != header[key]:
                 problems.append(f"{name}: header {key}: stored {document.get(key)!r}, "
@@ -140,7 +143,7 @@ def verify_dir(directory) -> list[str]:
     # 3. the manifest itself
     if not problems:
         expected = formats.manifest_files(regenerated, level, seed, clause_index(all_cases),
-                                          len(all_cases))
+                                          len(all_cases), made_under)
         for file_name, data in expected.items():
             target = directory / file_name
             if not target.is_file():

@@ -90,13 +90,17 @@ class Diagnosis:
 # What an implementation returned -> the one result record
 # ------------------------------------------------------------------------------------------
 
-def observe(result, case: Case, convention: str = "multiplier"):
+def observe(result, case: Case, convention: str = "multiplier", scale_layout: str = "row-major"):
     """``(QuantizedWeight or None, findings)`` from what an implementation returned for
     ``case``: its own ``QuantizedWeight`` as is; otherwise any object with ``scale_bytes``
     (uint8 (m, n/16)), ``global_scale`` (in ``convention``: the multiplier s_g, or the
     reciprocal a checkpoint stores, NVFP4-GS-4), and ``packed`` (uint8 (m, n/2)) or ``codes``
     (uint8 (m, n)); ``delta`` / ``initial_bytes`` where the implementation has a search (for
-    rtn the initial byte is the chosen byte by definition, HSCALE-METHOD-1)."""
+    rtn the initial byte is the chosen byte by definition, HSCALE-METHOD-1). ``scale_layout``
+    ``swizzled-128x4``: ``scale_bytes`` is the 128x4 tiled buffer of NVFP4-PACK-3, read back by
+    the judging library's own statement of the layout (``domain.unswizzle``), its padding
+    required to be 0x00. A reciprocal global scale is kept beside the multiplier it means
+    (``stored_global_scale``), so that findings about s_g show what was stored."""
     m, n = case.shape
     findings: list[Finding] = []
     if convention not in CONVENTIONS:
@@ -129,7 +133,10 @@ def observe(result, case: Case, convention: str = "multiplier"):
 
     codes = array("codes", (m, n), "NVFP4-E2M1-1", "uint8")
     packed = array("packed", (m, n // 2), "NVFP4-PACK-1", "uint8")
-    scale_bytes = array("scale_bytes", (m, n // GROUP), "NVFP4-PACK-2", "uint8")
+    if scale_layout == "swizzled-128x4":
+        scale_bytes = _unswizzled_scale_bytes(result, m, n // GROUP, findings)
+    else:
+        scale_bytes = array("scale_bytes", (m, n // GROUP), "NVFP4-PACK-2", "uint8")
     delta = array("delta", (m, n // GROUP), "HSCALE-ARGMIN-1", "int8")
     initial = array("initial_bytes", (m, n // GROUP), "HSCALE-ARGMIN-1", "uint8")
     if codes is not None and not findings and codes.size and int(codes.max()) > 0xF:
@@ -156,7 +163,38 @@ def observe(result, case: Case, convention: str = "multiplier"):
         object.__setattr__(observed, "delta", np.ascontiguousarray(delta))
     # The packed bytes as returned, so that a packing fault is seen (NVFP4-PACK-1).
     object.__setattr__(observed, "packed", np.ascontiguousarray(packed))
+    if convention == "reciprocal":
+        object.__setattr__(observed, "stored_global_scale", np.float32(result.global_scale))
     return observed, []
+
+
+def _unswizzled_scale_bytes(result, rows: int, scale_cols: int, findings: list):
+    """Row-major scale bytes from a result that returns them in the 128x4 layout, or None (and
+    a finding) when the buffer is not that layout's: the wrong size, a dtype other than uint8,
+    padding other than 0x00 (NVFP4-PACK-3)."""
+    from .domain import unswizzle
+    try:
+        raw = np.asarray(result.scale_bytes)
+    except Exception as exc:  # noqa: BLE001 - anything unreadable is a finding
+        findings.append(Finding("NVFP4-PACK-3", f"scale_bytes: cannot be read as a numpy array "
+                                f"({exc})", kind="structure"))
+        return None
+    if raw.dtype != np.uint8:
+        findings.append(Finding("NVFP4-PACK-3", f"scale_bytes: dtype expected uint8 observed "
+                                f"{raw.dtype}", kind="structure"))
+        return None
+    try:
+        scale_bytes, padding = unswizzle(raw, rows, scale_cols)
+    except ValueError as exc:
+        findings.append(Finding("NVFP4-PACK-3", f"scale_bytes (declared swizzled 128x4): {exc}",
+                                kind="structure"))
+        return None
+    if np.any(padding):
+        findings.append(Finding("NVFP4-PACK-3", f"scale_bytes (declared swizzled 128x4): "
+                                f"{int(np.count_nonzero(padding))} of {padding.size} padding bytes "
+                                "are not 0x00", kind="layout"))
+        return None
+    return scale_bytes
 
 
 def _observed_global_scale(value, convention):
@@ -187,15 +225,16 @@ def _observed_global_scale(value, convention):
 # ------------------------------------------------------------------------------------------
 
 def diagnose(case: Case, observed: QuantizedWeight, *, profile: str = EXACT, allowances=(),
-             independent_check: bool | None = None) -> Diagnosis:
+             independent_check: bool | None = None, name_allowances: bool = False) -> Diagnosis:
     """Every finding about ``observed`` as the result of ``case`` under ``profile``.
 
     ``independent_check`` (exact profile): also run the independent exact certificate; by
-    default on results of at most ``SMALL_CASE`` weights."""
+    default on results of at most ``SMALL_CASE`` weights. ``name_allowances``: each finding
+    that one more allowance would excuse says which (``name_excusing_allowances``)."""
     profile, allowances = check_profile(profile, allowances)
     diagnosis = Diagnosis(groups=int(np.prod(case.shape)) // GROUP)
     if profile == EXACT:
-        expected = case.expected_outputs()
+        expected = expected_for(case, observed)
         if isinstance(expected, Rejection):
             diagnosis.findings.append(Finding(
                 expected.clause or "NVFP4-IN-1", "the inputs break a rule of the spec and must "
@@ -211,25 +250,97 @@ def diagnose(case: Case, observed: QuantizedWeight, *, profile: str = EXACT, all
                 diagnosis.note = ("  (the result equals hscale.reference.quantize but fails the "
                                   "independent certificate: the reference may be wrong, please "
                                   "report)")
-        return diagnosis
-    cert = certify(case, observed, strict=False, allowances=allowances,
-                   judge_choice=profile != FORMAT)
-    diagnosis.findings, diagnosis.unlisted = cert.findings, cert.extra
-    diagnosis.allowance_uses = Counter({k: v for k, v in cert.uses.items() if v})
-    diagnosis.tolerance_uses = cert.tolerance_uses
+    else:
+        cert = certify(case, observed, strict=False, allowances=allowances,
+                       judge_choice=profile != FORMAT)
+        diagnosis.findings, diagnosis.unlisted = cert.findings, cert.extra
+        diagnosis.allowance_uses = Counter({k: v for k, v in cert.uses.items() if v})
+        diagnosis.tolerance_uses = cert.tolerance_uses
+    if name_allowances and diagnosis.findings:
+        diagnosis.findings = name_excusing_allowances(case, observed, diagnosis.findings, profile,
+                                                      allowances)
     return diagnosis
 
 
+#: Results of more weights than this are not searched for the allowance that would excuse a
+#: finding (each allowance costs one more certificate).
+NAMING_LIMIT = 1 << 20
+#: Findings of each clause the naming certificates list (beyond, places are unknown: no name).
+NAMING_FINDINGS = 1 << 12
+
+
+def name_excusing_allowances(case: Case, observed: QuantizedWeight, findings: list[Finding],
+                             profile: str, allowances) -> list[Finding]:
+    """The findings, each one that a single further allowance would excuse saying so: the
+    faithful (or format) certificate with that allowance added has no finding at its place
+    (its element, its group, or the tensor for a finding about s_g), where without it it has."""
+    if int(np.prod(case.shape)) > NAMING_LIMIT:
+        return findings
+    from .profiles import ALLOWANCES
+    judge_choice = profile != FORMAT
+    allowances = frozenset(allowances)
+
+    def places(cert) -> set | None:
+        if cert.extra:  # some findings only counted: their places are unknown
+            return None
+        return {(f.group, f.element) for f in cert.findings} | {
+            (f.group, None) for f in cert.findings if f.group is not None}
+
+    base = places(certify(case, observed, strict=False, allowances=allowances,
+                          judge_choice=judge_choice, limit=NAMING_FINDINGS))
+    if base is None:
+        return findings
+    excused: dict = {}
+    for name in (a for a in ALLOWANCES if a not in allowances):
+        left = places(certify(case, observed, strict=False, allowances=allowances | {name},
+                              judge_choice=judge_choice, limit=NAMING_FINDINGS))
+        if left is None:
+            continue
+        for place in base - left:
+            excused.setdefault(place, []).append(name)
+    hint = " (--profile faithful --allow {})" if profile == EXACT else " (--allow {})"
+    named = []
+    for finding in findings:
+        names = excused.get((finding.group, finding.element)) or (
+            excused.get((finding.group, None)) if finding.group is not None else None)
+        if names:
+            finding = replace(finding, text=finding.text + f"; the allowance {' or '.join(names)} "
+                              "would excuse this" + hint.format(names[0]))
+        named.append(finding)
+    return named
+
+
+def stored_as_reciprocal(observed: QuantizedWeight) -> bool:
+    """Whether the result stored its global scale as the reciprocal (``observe`` keeps it)."""
+    return getattr(observed, "stored_global_scale", None) is not None
+
+
+def expected_for(case: Case, observed: QuantizedWeight):
+    """The spec's outputs for ``case`` as the observed result's storage makes them: an
+    implementation that stores the reciprocal of its own s_g quantizes with what the stored r
+    reads back as (the writer's chain of NVFP4-GS-4)."""
+    expected = case.expected_outputs()
+    if (isinstance(expected, Rejection) or case.global_scale is not None
+            or not stored_as_reciprocal(observed)):
+        return expected
+    read_back = independent.nearest_reciprocal_read_back(float(expected.global_scale))
+    if read_back == float(expected.global_scale):
+        return expected
+    return case.with_(global_scale=np.float32(read_back)).expected_outputs()
+
+
 def certify(case: Case, observed: QuantizedWeight, strict: bool, allowances=frozenset(),
-            judge_choice: bool = True) -> independent.Certificate:
-    """The independent certificate of ``observed`` (``independent.certify``)."""
+            judge_choice: bool = True, limit: int = 20) -> independent.Certificate:
+    """The independent certificate of ``observed`` (``independent.certify``), at most
+    ``limit`` findings of each clause listed."""
     return independent.certify(
         case.exact_weight(), case.hessian_diag if case.method == "hscale" else None,
         method=case.method, init=case.init, K=case.K, U=case.U,
         scale_ceiling=case.scale_ceiling, global_scale=case.global_scale,
         codes=observed.codes, scale_bytes=observed.scale_bytes, delta=observed.delta,
         observed_global_scale=float(observed.global_scale), packed=observed.packed,
-        allowances=allowances, strict=strict, judge_choice=judge_choice)
+        allowances=allowances, strict=strict, judge_choice=judge_choice, limit=limit,
+        stored_as_reciprocal=stored_as_reciprocal(observed))
 
 
 def compare_exact(case: Case, observed: QuantizedWeight, expected: QuantizedWeight):
@@ -238,7 +349,8 @@ def compare_exact(case: Case, observed: QuantizedWeight, expected: QuantizedWeig
     unlisted: Counter = Counter()
     sg, want_sg = float(observed.global_scale), float(expected.global_scale)
     if fp32_hex(sg) != fp32_hex(want_sg) or math.isnan(sg):
-        findings.append(_global_scale_finding(case, sg, want_sg))
+        findings.append(_global_scale_finding(case, sg, want_sg,
+                                              getattr(observed, "stored_global_scale", None)))
         return findings, unlisted  # every byte and code below would follow from it
 
     w = case.exact_weight()
@@ -314,7 +426,7 @@ def _swapped_groups(codes: np.ndarray, expected: np.ndarray) -> np.ndarray:
     return differ & (as_groups(swapped) == as_groups(expected)).all(axis=2)
 
 
-def _global_scale_finding(case: Case, sg: float, want_sg: float) -> Finding:
+def _global_scale_finding(case: Case, sg: float, want_sg: float, stored=None) -> Finding:
     amax = float(np.max(np.abs(case.exact_weight())))
     if case.global_scale is not None:
         clause, why = "NVFP4-GS-3", "the caller's s_g is used unchanged"
@@ -323,10 +435,38 @@ def _global_scale_finding(case: Case, sg: float, want_sg: float) -> Finding:
     else:
         clause, why = "NVFP4-GS-1", (f"s_g = fp32(amax / (6 C)) with amax = {amax!r}, "
                                      f"C = {float(case.scale_ceiling)!r}")
+    if stored is not None:  # the reciprocal convention: what was stored, and what it means
+        if case.global_scale is None and clause == "NVFP4-GS-1":
+            spec_sg = float(case.expected_outputs().global_scale)
+            if spec_sg != want_sg:  # the writer's chain moved it
+                clause = "NVFP4-GS-4"
+                why += (f"; s_g = {spec_sg!r} ({fp32_hex(spec_sg)}) has no fp32 reciprocal that "
+                        "reads back as itself, so a writer stores r = fp32(1/s_g) and quantizes "
+                        "with fp32(1/r)")
+        why += (f"; stored as the reciprocal r = {float(stored)!r} ({fp32_hex(stored)}), which "
+                f"reads back as fp32(1/r) = {sg!r}")
+        if case.global_scale is not None and not _reads_back(case.global_scale):
+            why += ("; no fp32 reciprocal reads back as the caller's s_g (about 17% of fp32 "
+                    "values have none): the allowance supplied-reciprocal names this")
     return Finding(clause, f"global scale s_g expected {want_sg!r} ({fp32_hex(want_sg)}) observed "
                    f"{sg!r} ({fp32_hex(sg) if np.isfinite(sg) else 'not finite'}); {why}",
                    kind="sg", expected=fp32_hex(want_sg),
                    observed=fp32_hex(sg) if np.isfinite(sg) else repr(sg))
+
+
+def _reads_back(global_scale) -> bool:
+    """Whether some fp32 r gives fp32(1/r) == s_g (NVFP4-GS-4): the nearest reciprocal, or one
+    of its two neighbours, does if any does."""
+    s = np.float32(global_scale)
+    with np.errstate(all="ignore"):
+        nearest = np.float32(1) / s
+        candidates = [nearest]
+        for direction in (np.float32(0), np.float32(np.inf)):
+            neighbour = nearest
+            for _ in range(2):  # readable reciprocals lie within two ulps of the nearest
+                neighbour = np.nextafter(neighbour, direction)
+                candidates.append(neighbour)
+        return any(np.isfinite(c) and c > 0 and np.float32(1) / c == s for c in candidates)
 
 
 def _byte_finding(case, w, amax_g, sg, r, i, want, got, want_init, got_init) -> Finding:

@@ -59,6 +59,14 @@ def _e4m3_value(byte: int) -> float:
 SCALE_VALUES = np.array([_e4m3_value(b) for b in range(LAST + 1)], dtype=np.float64)
 
 
+def nearest_reciprocal_read_back(global_scale: float) -> float:
+    """fp32(1 / fp32(1 / s_g)): the multiplier an implementation means when it stores a caller's
+    s_g as the nearest fp32 reciprocal (IEEE fp32 divisions, each correctly rounded)."""
+    with np.errstate(all="ignore"):
+        one = np.float32(1)
+        return float(one / (one / np.float32(global_scale)))
+
+
 def priority_deltas(K: int, U: int) -> list[int]:
     """0, +1, -1, +2, -2, ... restricted to -D..+U (HSCALE-ARGMIN-1)."""
     D = K - 1 - U
@@ -192,7 +200,8 @@ def certify(weight: np.ndarray, hessian_diag, *, method: str, init: str, K: int,
             scale_ceiling: float, global_scale, codes: np.ndarray, scale_bytes: np.ndarray,
             delta: np.ndarray | None, observed_global_scale: float,
             packed: np.ndarray | None = None, allowances=frozenset(), strict: bool = True,
-            limit: int = 20, judge_choice: bool = True) -> Certificate:
+            limit: int = 20, judge_choice: bool = True,
+            stored_as_reciprocal: bool = False) -> Certificate:
     """Certify a result (arrays already shape-checked) for the inputs.
 
     ``weight`` exact float64 (m, n); ``hessian_diag`` (n,) or None; ``global_scale`` the caller's
@@ -201,7 +210,9 @@ def certify(weight: np.ndarray, hessian_diag, *, method: str, init: str, K: int,
     the initial byte, the window and the choice are not judged, only s_g, zero groups, the
     ladder, the codes at the bytes chosen and the packing. ``delta`` None: the implementation
     does not report its initial bytes; the spec's are assumed. At most ``limit`` findings of
-    each clause are kept (the rest are counted in ``extra``)."""
+    each clause are kept (the rest are counted in ``extra``). ``stored_as_reciprocal``: the
+    implementation stores r = fp32(1/s_g) and ``observed_global_scale`` is what r reads back
+    as; its own s_g is then the writer's chain of NVFP4-GS-4, fp32(1/fp32(1/s_g))."""
     allow = frozenset() if strict else frozenset(allowances)
     cert = Certificate()
     counts: Counter = Counter()
@@ -232,6 +243,8 @@ def certify(weight: np.ndarray, hessian_diag, *, method: str, init: str, K: int,
         want_sg = expected_global_scale(amax, scale_ceiling)
         exact_q = (Fraction(amax) / (6 * Fraction(float(scale_ceiling)))) if amax else 0
         gs_clause = "NVFP4-GS-2" if amax == 0 or exact_q < Fraction(FP32_MIN_NORMAL) else "NVFP4-GS-1"
+        if stored_as_reciprocal and nearest_reciprocal_read_back(want_sg) != want_sg:
+            want_sg, gs_clause = nearest_reciprocal_read_back(want_sg), "NVFP4-GS-4"
     if obs_sg != want_sg or math.copysign(1, obs_sg) != math.copysign(1, want_sg):
         want32 = np.float32(want_sg)
         lo, hi = want32, want32
@@ -242,6 +255,9 @@ def certify(weight: np.ndarray, hessian_diag, *, method: str, init: str, K: int,
                              and abs(obs_sg / want_sg - 1) <= LOW_PRECISION_SG)
         if "reciprocal-global-scale" in allow and global_scale is None and amax > 0 and off_by_ulp:
             cert.uses["reciprocal-global-scale"] += 1
+        elif ("supplied-reciprocal" in allow and global_scale is not None
+              and obs_sg == nearest_reciprocal_read_back(want_sg)):
+            cert.uses["supplied-reciprocal"] += 1
         elif ("low-precision-global-scale" in allow and global_scale is None and amax > 0
               and low_precision):
             cert.uses["low-precision-global-scale"] += 1
@@ -402,13 +418,17 @@ def certify(weight: np.ndarray, hessian_diag, *, method: str, init: str, K: int,
 
         # ---- codes at the chosen byte (NVFP4-E2M1-2/3) ------------------------------------
         s_obs = sg * SCALE_VALUES[np.clip(obs_byte, FIRST, LAST)]
+        # With s_g and the E4M3 scale both powers of two, 1/s and |w| * (1/s) are exact in any
+        # order of fp32 arithmetic: a reciprocal multiply rounds no differently there.
+        exact_reciprocal = (_power_of_two(sg)
+                            & _power_of_two(SCALE_VALUES[np.clip(obs_byte, FIRST, LAST)]))
         sign_only = zero | as_zero
         want = np.where(sign_only[:, None], np.signbit(w).astype(np.uint8) << 3,
                         element_codes(w, s_obs[:, None]))
         bad = (obs_codes != want) & (good | sign_only)[:, None]
         if bad.any():
             _judge_codes(bad, w, want, obs_codes, s_obs, sign_only, near_band, allow, cert, add,
-                         where)
+                         where, max(64, limit), exact_reciprocal)
 
     # ---- NVFP4-PACK-1 ---------------------------------------------------------------------
     if packed is not None:
@@ -467,8 +487,16 @@ def _acceptable_initial(w, gmax, sg, init, implied, c0, band, allow, cert):
     return accept
 
 
-def _judge_codes(bad, w, want, got, s_obs, zero, band, allow, cert, add, where):
-    """Classify code mismatches (vectorised), count allowances, report the rest."""
+def _power_of_two(x) -> np.ndarray:
+    mantissa, _ = np.frexp(np.asarray(x, dtype=np.float64))
+    return mantissa == 0.5
+
+
+def _judge_codes(bad, w, want, got, s_obs, zero, band, allow, cert, add, where, cap=64,
+                 exact_reciprocal=None):
+    """Classify code mismatches (vectorised), count allowances, report the rest (the first
+    ``cap`` of each kind listed, the others counted). ``exact_reciprocal`` (per group): the
+    band of a reciprocal multiply does not apply there (its arithmetic is exact)."""
     exp = want.astype(np.int64)
     obs = got.astype(np.int64)
     remaining = bad.copy()
@@ -482,11 +510,13 @@ def _judge_codes(bad, w, want, got, s_obs, zero, band, allow, cert, add, where):
         hi = magnitude_codes(x * (1 + band), 1.0)
         m = obs & 7
         near = remaining & ~zero[:, None] & ((exp & 8) == (obs & 8)) & ((m == lo) | (m == hi))
+        if exact_reciprocal is not None and "reciprocal-global-scale" not in allow:
+            near &= ~exact_reciprocal[:, None]  # (that one quantizes at another s_g: no exclusion)
         name = "reciprocal-multiply" if "reciprocal-multiply" in allow else "reciprocal-global-scale"
         cert.uses[name] += int(np.count_nonzero(near))
         remaining &= ~near
     sign_only = (exp ^ obs) == 0x8
-    for k, j in np.argwhere(remaining & zero[:, None])[:64]:
+    for k, j in np.argwhere(remaining & zero[:, None])[:cap]:
         wv, e, o = float(w[k, j]), int(exp[k, j]), int(obs[k, j])
         add(Finding("NVFP4-E2M1-3" if sign_only[k, j] else "NVFP4-ZERO-1",
                     f"a zero group's element: w = {wv!r}, code expected {_code(e)} "
@@ -494,7 +524,7 @@ def _judge_codes(bad, w, want, got, s_obs, zero, band, allow, cert, add, where):
     for kind, mask in (("sign", remaining & ~zero[:, None] & sign_only),
                        ("magnitude", remaining & ~zero[:, None] & ~sign_only)):
         for n, (k, j) in enumerate(np.argwhere(mask)):
-            if n >= 64:
+            if n >= cap:
                 cert.extra["NVFP4-E2M1-3" if kind == "sign" else "NVFP4-E2M1-2"] += \
                     int(np.count_nonzero(mask)) - n
                 break

@@ -41,7 +41,8 @@ ALLOWANCES = {a.name: a for a in (
               "of an E4M3 midpoint"),
     Allowance("reciprocal-multiply", "NVFP4-E2M1-2",
               "element codes from |w| * fp32(1/s): a code may be either neighbour where |w|/s "
-              "is within 2^-20 (relative) of an E2M1 midpoint"),
+              "is within 2^-20 (relative) of an E2M1 midpoint, unless s_g and the E4M3 scale "
+              "are both powers of two (then 1/s and the product are exact: ties go to even)"),
     Allowance("no-subnormal-scales", "NVFP4-INIT-1",
               "scale bytes clamped to the smallest normal E4M3 0x08: the initial byte may be "
               "max(c0, 0x08) and the window is clipped at 0x08"),
@@ -52,6 +53,11 @@ ALLOWANCES = {a.name: a for a in (
     Allowance("low-precision-global-scale", "NVFP4-GS-1",
               "the reciprocal 6C/amax computed in the weight's bfloat16 or float16: s_g within "
               "2^-7 (relative) of the spec's; bytes and codes are judged against the stored s_g"),
+    Allowance("supplied-reciprocal", "NVFP4-GS-3",
+              "an implementation that stores the global scale as its reciprocal keeps a "
+              "caller's s_g as the nearest fp32 reciprocal r = fp32(1/s_g); where no fp32 r "
+              "reads back as s_g (about 17% of fp32 values), the multiplier it means, "
+              "fp32(1/r), is one ulp from s_g, and bytes and codes are judged at it"),
     Allowance("underflow-zero-group", "NVFP4-INIT-1",
               "a non-zero group whose amax_g / (6 s_g) rounds to E4M3 zero stored as a zero "
               "group (codes of magnitude 0, byte 0x00, or another byte with zero-group-byte) "

@@ -1,0 +1,180 @@
+"""A backend's declared domain: what inputs it takes and how it hands its results back.
+
+A real NVFP4 kernel is rarely a drop-in for ``hscale.reference.quantize``: it may take only
+bfloat16, want rows in multiples of 128, return its scale bytes in the swizzled 128x4 layout
+of block-scaled GEMMs, or store the global scale as its reciprocal. None of that is NVFP4's
+numerics, so a backend declares it (docs/backends.md), and the judges adapt to it:
+
+- ``input_dtypes``: the weight dtypes it accepts (default float32, float16, bfloat16). A case
+  in another dtype is converted: exactly where its values are representable (hand-written
+  constructions), or rounded for the data sets (Hypothesis, golden vectors, full models),
+  whose expected outputs are then the reference's for the rounded weights;
+- ``shape_multiple``: (rows, cols) its inputs must be multiples of (default (1, 16)). A case is
+  padded: rows repeated cyclically (the tensor's amax, so s_g, is unchanged) and whole zero
+  groups appended (zero groups are independent of every other group, NVFP4-ZERO-1); the result
+  is judged whole and cropped back for the test's own expectations;
+- ``scale_layout``: ``row-major`` (NVFP4-PACK-2, default) or ``swizzled-128x4`` (NVFP4-PACK-3):
+  the judges unswizzle with their own formulation (``unswizzle``, below) and judge the layout
+  on the backend's own bytes;
+- ``global_scale_convention``: ``multiplier`` (s_g, default) or ``reciprocal`` (the ``6C/amax``
+  a compressed-tensors checkpoint stores, NVFP4-GS-4). A caller-supplied s_g has no fp32
+  reciprocal that reads back as itself for about 17% of values; a reciprocal backend stores the
+  nearest, and the allowance ``supplied-reciprocal`` names that.
+
+``Domain.of(backend)`` reads the attributes; a bad declaration is a ValueError naming it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from hscale.reference.constants import GROUP_SIZE
+
+from .builders import exact
+from .cases import CaseError
+
+INPUT_DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
+                "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+SCALE_LAYOUTS = ("row-major", "swizzled-128x4")
+CONVENTIONS = ("multiplier", "reciprocal")
+#: The 128x4 tile of NVFP4-PACK-3: 128 rows (4 blocks of 32) by 4 scale columns.
+TILE_ROWS, TILE_COLS, ROW_BLOCK = 128, 4, 32
+
+
+def is_weight_dtype(dtype) -> bool:
+    """One of the weight dtypes of NVFP4-IN-1 (ml_dtypes' bfloat16 has numpy kind 'V', not
+    'f', so a kind test alone misses it)."""
+    return np.dtype(dtype) in INPUT_DTYPES.values()
+
+
+@dataclass(frozen=True)
+class Domain:
+    input_dtypes: tuple[str, ...] = tuple(INPUT_DTYPES)
+    shape_multiple: tuple[int, int] = (1, GROUP_SIZE)
+    scale_layout: str = "row-major"
+    global_scale_convention: str = "multiplier"
+
+    @classmethod
+    def of(cls, backend, label: str = "backend") -> "Domain":
+        """The domain a backend declares (its optional attributes), checked."""
+        dtypes = getattr(backend, "input_dtypes", None)
+        dtypes = tuple(INPUT_DTYPES) if dtypes is None else tuple(
+            np.dtype(d).name if not isinstance(d, str) else d for d in dtypes)
+        unknown = [d for d in dtypes if d not in INPUT_DTYPES]
+        if unknown or not dtypes:
+            raise ValueError(f"{label}: input_dtypes {list(dtypes)}: each must be one of "
+                             f"{', '.join(INPUT_DTYPES)} (the weight dtypes of NVFP4-IN-1), at "
+                             "least one")
+        multiple = tuple(getattr(backend, "shape_multiple", (1, GROUP_SIZE)) or (1, GROUP_SIZE))
+        if len(multiple) != 2 or any(isinstance(m, bool) or not isinstance(m, (int, np.integer))
+                                     or m < 1 for m in multiple) or multiple[1] % GROUP_SIZE:
+            raise ValueError(f"{label}: shape_multiple {multiple}: (rows, cols), positive "
+                             f"integers, cols a multiple of the group size {GROUP_SIZE}")
+        layout = getattr(backend, "scale_layout", "row-major")
+        if layout not in SCALE_LAYOUTS:
+            raise ValueError(f"{label}: scale_layout {layout!r}: one of "
+                             f"{', '.join(SCALE_LAYOUTS)}")
+        convention = getattr(backend, "global_scale_convention", "multiplier")
+        if convention not in CONVENTIONS:
+            raise ValueError(f"{label}: global_scale_convention {convention!r}: one of "
+                             f"{', '.join(CONVENTIONS)}")
+        return cls(dtypes, (int(multiple[0]), int(multiple[1])), layout, convention)
+
+    # -- describing ------------------------------------------------------------------------
+    def as_json(self) -> dict:
+        return {"input_dtypes": list(self.input_dtypes), "shape_multiple": list(self.shape_multiple),
+                "scale_layout": self.scale_layout,
+                "global_scale_convention": self.global_scale_convention}
+
+    def describe(self) -> str:
+        return (f"inputs {'/'.join(self.input_dtypes)}, shapes multiples of "
+                f"{self.shape_multiple[0]} x {self.shape_multiple[1]}, scale bytes "
+                f"{self.scale_layout}, s_g as the {self.global_scale_convention}")
+
+    @property
+    def dtypes(self) -> list[np.dtype]:
+        return [INPUT_DTYPES[d] for d in self.input_dtypes]
+
+    # -- bringing a case into the domain ---------------------------------------------------
+    def accepts_dtype(self, dtype) -> bool:
+        return np.dtype(dtype).name in self.input_dtypes
+
+    def weight_in_domain(self, weight: np.ndarray, rounding: bool):
+        """``(weight, how)``: the weight in a declared dtype (unchanged if it is one), ``how``
+        says what was done; None when it cannot be done (a construction not exact in any
+        declared dtype, and no rounding allowed)."""
+        weight = np.asarray(weight)
+        if self.accepts_dtype(weight.dtype):
+            return weight, ""
+        for dtype in self.dtypes:
+            try:
+                return exact(weight.astype(np.float64), dtype), f"converted exactly to {dtype.name}"
+            except CaseError:
+                continue
+        if not rounding:
+            return None, ""
+        target = self.dtypes[0]
+        top = float(ml_dtypes.finfo(target).max)
+        with np.errstate(over="ignore", invalid="ignore"):
+            rounded = np.clip(weight.astype(np.float64), -top, top).astype(target)
+        return rounded, f"rounded to {target.name}"
+
+    def padding(self, shape) -> tuple[int, int]:
+        """(rows, cols) to append so that ``shape`` meets ``shape_multiple``."""
+        rows, cols = shape
+        want_r, want_c = self.shape_multiple
+        return (-rows) % want_r, (-cols) % want_c
+
+    def pad_weight(self, weight: np.ndarray, hessian_diag):
+        """The weight with rows repeated cyclically and zero groups appended (s_g and every
+        original group unchanged), and h extended with ones."""
+        add_r, add_c = self.padding(weight.shape)
+        if add_r:
+            repeats = np.resize(np.arange(weight.shape[0]), add_r)
+            weight = np.concatenate([weight, weight[repeats]])
+        if add_c:
+            weight = np.concatenate([weight, np.zeros((weight.shape[0], add_c), weight.dtype)],
+                                    axis=1)
+            if hessian_diag is not None:
+                hessian_diag = np.concatenate([np.asarray(hessian_diag, np.float64),
+                                               np.ones(add_c)])
+        return weight, hessian_diag
+
+
+# -- the 128x4 layout, stated again: tiles as reshapes, not the reference's offset formula -----
+
+def swizzled_shape(rows: int, scale_cols: int) -> tuple[int, int]:
+    """(padded rows, padded scale columns) of the 128x4 layout."""
+    return -(-rows // TILE_ROWS) * TILE_ROWS, -(-scale_cols // TILE_COLS) * TILE_COLS
+
+
+def swizzle(scale_bytes: np.ndarray) -> np.ndarray:
+    """Row-major (m, k) scale bytes in the 128x4 layout, flat and zero padded: tiles of 128 rows
+    by 4 columns, row tiles outermost; inside a tile the 128 rows are 4 blocks of 32, and the
+    bytes of row 32q + p, column c sit at 16 p + 4 q + c (NVFP4-PACK-3)."""
+    rows, cols = scale_bytes.shape
+    padded_rows, padded_cols = swizzled_shape(rows, cols)
+    padded = np.zeros((padded_rows, padded_cols), np.uint8)
+    padded[:rows, :cols] = scale_bytes
+    tiles = padded.reshape(padded_rows // TILE_ROWS, TILE_ROWS // ROW_BLOCK, ROW_BLOCK,
+                           padded_cols // TILE_COLS, TILE_COLS)  # (a, q, p, b, c)
+    return tiles.transpose(0, 3, 2, 1, 4).reshape(-1)  # (a, b, p, q, c)
+
+
+def unswizzle(swizzled, rows: int, scale_cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """(row-major (rows, scale_cols) bytes, the padding bytes) of a 128x4-layout buffer, which
+    must hold exactly the padded size (a ValueError says what it holds)."""
+    flat = np.asarray(swizzled, dtype=np.uint8).reshape(-1)
+    padded_rows, padded_cols = swizzled_shape(rows, scale_cols)
+    if flat.size != padded_rows * padded_cols:
+        raise ValueError(f"{flat.size} bytes; the 128x4 layout of {rows} x {scale_cols} scale "
+                         f"bytes is {padded_rows} x {padded_cols} = {padded_rows * padded_cols}")
+    tiles = flat.reshape(padded_rows // TILE_ROWS, padded_cols // TILE_COLS, ROW_BLOCK,
+                         TILE_ROWS // ROW_BLOCK, TILE_COLS)  # (a, b, p, q, c)
+    padded = tiles.transpose(0, 3, 2, 1, 4).reshape(padded_rows, padded_cols)
+    inside = np.zeros(padded.shape, bool)
+    inside[:rows, :scale_cols] = True
+    return padded[:rows, :scale_cols].copy(), padded[~inside]
