@@ -5,15 +5,24 @@ Every test builds a :class:`~hscale.judge.cases.Case` and hands it to
 
 1. skips, with a reason naming the capability, when the backend does not declare the method or
    the init the case needs;
-2. runs the backend (an exception on valid input is a failure citing the test's clauses);
-3. turns its result into the one result record (``diagnose.observe``: any object with scale
-   bytes, a global scale in the backend's declared convention and packed codes or codes);
-4. judges it with the one diagnoser (``diagnose.diagnose``) under the session's profile, and
-   fails with the diagnoser's findings.
+2. brings the case into the backend's declared domain (``hscale.judge.domain``): another input
+   dtype (exactly, or rounded for the data sets, whose expected outputs are then recomputed),
+   shapes padded to its multiples (and the result cropped back); a construction that cannot
+   be expressed there skips with the reason;
+3. runs the backend (an exception on valid input fails the test as an error, citing no clause:
+   nothing was judged);
+4. turns its result into the one result record (``diagnose.observe``: any object with scale
+   bytes in the declared layout, a global scale in the declared convention, and packed codes or
+   codes);
+5. judges it with the one diagnoser (``diagnose.diagnose``) under the session's profile, and
+   fails with the diagnoser's findings, each naming the allowance that would excuse it.
 
-Bad input: :meth:`Checker.expect_rejection`. Every backend must reject it with ValueError or
-TypeError; this project's own backends (and any backend under ``--strict-errors``) must also
-name the argument, the first offending index and the clause.
+Bad input: :meth:`Checker.expect_rejection`, the input contract. A rejection (ValueError or
+TypeError) is credited only when the same call with the bad input repaired (``control``) is
+accepted: a backend that rejects both rejected something else. What the backend does with each
+bad input is recorded for the certificate; it fails the test only under ``--strict-inputs``,
+or for this project's own backends, which must also name the argument, the first offending
+index and the clause (as any backend must under ``--strict-errors``).
 """
 
 from __future__ import annotations
@@ -26,9 +35,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
+from hscale.conformance.certificate import RAISED_ON_VALID_INPUT
 from hscale.judge.cases import Case
 from hscale.judge.diagnose import GROUP, diagnose, observe
+from hscale.judge.domain import Domain, is_weight_dtype
+from hscale.judge.independent import nearest_reciprocal_read_back
 from hscale.judge.profiles import EXACT
+from hscale.reference import QuantizedWeight
 
 #: Modules whose backends speak this project's error messages (NVFP4-IN-*).
 OWN_BACKEND_MODULES = ("hscale.backends.", "hscale.conformance.mutants", "conformance.mutants")
@@ -36,12 +49,14 @@ OWN_BACKEND_MODULES = ("hscale.backends.", "hscale.conformance.mutants", "confor
 
 @dataclass
 class Tally:
-    """Per-backend counts that go into the report."""
+    """Per-backend counts that go into the certificate."""
 
     allowance_uses: Counter = field(default_factory=Counter)
     tolerance_uses: int = 0
     checks: int = 0
     groups: int = 0
+    adaptations: Counter = field(default_factory=Counter)  # how cases entered the domain
+    contract: list = field(default_factory=list)  # one entry per bad input tried
 
 
 def is_reference_backend(backend) -> bool:
@@ -56,7 +71,8 @@ def is_own_backend(backend) -> bool:
 
 class Checker:
     def __init__(self, backend, label: str, profile: str = EXACT, allowances=(),
-                 tally: Tally | None = None, clauses=(), strict_errors: bool | None = None):
+                 tally: Tally | None = None, clauses=(), strict_errors: bool | None = None,
+                 domain: Domain | None = None, strict_inputs: bool = False, test: str = ""):
         self.backend = backend
         self.label = label
         self.profile = profile
@@ -64,10 +80,16 @@ class Checker:
         self.tally = tally if tally is not None else Tally()
         self.clauses = tuple(clauses)
         self.capabilities = frozenset(getattr(backend, "capabilities", ()))
-        self.convention = getattr(backend, "global_scale_convention", "multiplier")
+        self.domain = domain if domain is not None else Domain.of(backend, label)
+        self.convention = self.domain.global_scale_convention
         self.strict_errors = is_own_backend(backend) if strict_errors is None else strict_errors
+        self.strict_inputs = strict_inputs
+        self.test = test
+        self.raw = None  # what the backend returned for the last case, as returned
+        self.last_case = None  # the last case as the backend received it (in its domain)
+        self.last_observed = None  # its result record, whole (before cropping)
 
-    # -- capabilities -------------------------------------------------------------------------
+    # -- capabilities and the domain ----------------------------------------------------------
     def supports(self, method: str = "rtn", init: str = "maxabs") -> bool:
         return method in self.capabilities and (init == "maxabs" or init in self.capabilities)
 
@@ -83,41 +105,89 @@ class Checker:
     def inits(self) -> list[str]:
         return ["maxabs"] + (["4over6"] if "4over6" in self.capabilities else [])
 
+    @property
+    def dtypes(self) -> list[np.dtype]:
+        """The input dtypes the backend declares, its preferred first."""
+        return self.domain.dtypes
+
+    def require_dtype(self, dtype):
+        """Skip a test about one input dtype the backend does not declare."""
+        if not self.domain.accepts_dtype(dtype):
+            pytest.skip(f"outside the declared domain: backend {self.label!r} takes "
+                        f"{'/'.join(self.domain.input_dtypes)}, not {np.dtype(dtype).name}")
+
+    def in_domain(self, case: Case, rounding: bool = False) -> Case:
+        """``case`` as the backend can take it (see the module docstring)."""
+        weight = np.asarray(case.weight)
+        if weight.ndim != 2 or not (weight.dtype.kind == "f" or is_weight_dtype(weight.dtype)):
+            return case
+        converted, how = self.domain.weight_in_domain(weight, rounding)
+        if converted is None:
+            pytest.skip(f"outside the declared domain: this construction is exact in "
+                        f"{weight.dtype.name}, not in {'/'.join(self.domain.input_dtypes)} "
+                        f"(backend {self.label!r})")
+        hows = [how] if how else []
+        h = case.hessian_diag
+        if any(self.domain.padding(converted.shape)):
+            converted, h = self.domain.pad_weight(converted, h)
+            hows.append(f"padded to multiples of {self.domain.shape_multiple[0]} x "
+                        f"{self.domain.shape_multiple[1]}")
+        if not hows:
+            return case
+        self.tally.adaptations["; ".join(hows)] += 1
+        return case.with_(weight=converted, hessian_diag=h,
+                          title=f"{case.title or case.id} ({'; '.join(hows)})")
+
     # -- running ------------------------------------------------------------------------------
-    def quantize(self, case: Case):
-        """The backend's result for ``case`` as the one result record (structure checked)."""
+    def run(self, case: Case, rounding: bool = False):
+        """``(the case as run, the backend's result as the one result record)``."""
         self.require(case.method, case.init)
+        case = self.in_domain(case, rounding)
         args, kwargs = case.call_args()
         try:
             raw = self.backend.quantize(*args, **kwargs)
-        except Exception as error:  # noqa: BLE001 - any exception on valid input is a finding
-            cited = " ".join(f"[{c}]" for c in self.clauses) or "[HSCALE-METHOD-1]"
+        except Exception as error:  # noqa: BLE001 - any exception on valid input fails the test
             where = traceback.extract_tb(error.__traceback__)[-1]
             text = "".join(traceback.format_exception_only(type(error), error)).strip()
-            pytest.fail(f"backend {self.label!r} raised on valid input {cited}\n"
-                        f"  case: {case.describe()}\n  {text}\n  (at {where.filename}:"
-                        f"{where.lineno})", pytrace=False)
-        observed, findings = observe(raw, case, self.convention)
+            pytest.fail(f"backend {self.label!r} {RAISED_ON_VALID_INPUT} (an error, not a "
+                        f"finding: nothing was judged)\n  case: {case.describe()}\n  {text}\n"
+                        f"  (at {where.filename}:{where.lineno})", pytrace=False)
+        self.raw, self.last_case = raw, case
+        observed, findings = observe(raw, case, self.convention, self.domain.scale_layout)
         if findings:
             pytest.fail(self._header(case) + "\n" +
                         "\n".join("  " + f.render() for f in findings), pytrace=False)
-        return observed
+        self.last_observed = observed
+        return case, observed
 
-    def check(self, case: Case, result=None, independent_check: bool | None = None):
-        """Run (unless ``result`` is given) and judge one case; returns the result record."""
-        observed = self.quantize(case) if result is None else result
+    def quantize(self, case: Case, rounding: bool = False):
+        """The backend's result for ``case`` as the one result record (structure checked),
+        cropped back to the case's own shape."""
+        _, observed = self.run(case, rounding)
+        return crop(observed, case.shape)
+
+    def check(self, case: Case, result=None, independent_check: bool | None = None,
+              rounding: bool = False):
+        """Run (unless ``result`` is given) and judge one case; returns the result record,
+        cropped to the case's shape. ``rounding``: a data-set case (not a construction) may be
+        rounded into the backend's input dtype."""
+        if result is None:
+            case_run, observed = self.run(case, rounding)
+        else:
+            case_run, observed = case, result
         self.tally.checks += 1
-        self.tally.groups += int(np.prod(case.shape)) // GROUP
+        self.tally.groups += int(np.prod(case_run.shape)) // GROUP
         profile, check_independently = self.profile, independent_check
         if is_reference_backend(self.backend) and profile == EXACT:
             check_independently = True  # the tautology guard, see is_reference_backend
-        diagnosis = diagnose(case, observed, profile=profile, allowances=self.allowances,
-                             independent_check=check_independently)
+        diagnosis = diagnose(case_run, observed, profile=profile, allowances=self.allowances,
+                             independent_check=check_independently, name_allowances=True)
         self.tally.allowance_uses.update(diagnosis.allowance_uses)
         self.tally.tolerance_uses += diagnosis.tolerance_uses
         if not diagnosis.ok:
-            pytest.fail("\n".join([self._header(case)] + diagnosis.render(case)), pytrace=False)
-        return observed
+            pytest.fail("\n".join([self._header(case_run)] + diagnosis.render(case_run)),
+                        pytrace=False)
+        return crop(observed, case.shape)
 
     def _header(self, case: Case) -> str:
         return (f"backend {self.label!r} does not conform (profile {self.profile}) on "
@@ -131,34 +201,76 @@ class Checker:
                         "which this test is about")
         return np.asarray(result.delta)
 
-    # -- bad input ----------------------------------------------------------------------------
-    def expect_rejection(self, clause: str, argument: str, index, call, what: str = ""):
-        """``call(backend)`` must raise ValueError or TypeError; under strict errors its
-        message names ``argument``, ``index`` (the first offending one, or None) and
-        ``clause``."""
+    # -- bad input: the input contract --------------------------------------------------------
+    def expect_rejection(self, clause: str, argument: str, index, call, what: str = "",
+                         control=None):
+        """``call(backend)`` must raise ValueError or TypeError, and ``control(backend)`` (the
+        same call with the bad input repaired) must not: only then is the rejection the one the
+        test is about. Under strict errors the message names ``argument``, ``index`` (the first
+        offending one, or None) and ``clause``. The outcome goes into the certificate's input
+        contract; a bad input accepted, or rejected for another reason, fails the test only
+        under ``--strict-inputs`` or strict errors, else it is recorded (pytest shows xfail)."""
+        what = what or f"bad {argument}"
+        record = {"test": self.test, "clause": clause, "input": what, "judged": True}
         try:
             call(self.backend)
         except (ValueError, TypeError) as exc:
-            text = str(exc)
-            if not self.strict_errors:
-                return
-            missing = []
-            if argument not in text:
-                missing.append(f"the argument name {argument!r}")
-            if clause not in text:
-                missing.append(f"the clause {clause}")
-            if index is not None and not re.search(_index_re(index), text):
-                missing.append(f"the first offending index {list(index)}")
-            if missing:
-                self.fail(clause, f"{type(exc).__name__} raised, but its message does not name "
-                          f"{' and '.join(missing)}: {text!r}")
+            text = f"{type(exc).__name__}: {exc}"
+            if control is not None:
+                try:
+                    control(self.backend)
+                except Exception as other:  # noqa: BLE001 - the control's failure is the finding
+                    record.update(outcome="rejected for another reason",
+                                  detail=f"{text}; the same call with the bad input repaired is "
+                                         f"rejected too: {type(other).__name__}: {other}")
+                    return self._contract(record, clause)
+            if self.strict_errors:
+                missing = []
+                if argument not in str(exc):
+                    missing.append(f"the argument name {argument!r}")
+                if clause not in str(exc):
+                    missing.append(f"the clause {clause}")
+                if index is not None and not re.search(_index_re(index), str(exc)):
+                    missing.append(f"the first offending index {list(index)}")
+                if missing:
+                    self.fail(clause, f"{type(exc).__name__} raised, but its message does not "
+                              f"name {' and '.join(missing)}: {str(exc)!r}")
+            record.update(outcome="rejected", detail=text)
+            self.tally.contract.append(record)
             return
         except Exception as exc:  # noqa: BLE001
-            self.fail(clause, f"{what or 'bad ' + argument}: expected a ValueError or TypeError "
-                      f"naming {argument!r}, got {type(exc).__name__}: {exc}")
-        self.fail(clause, f"{what or 'bad ' + argument} accepted: the spec rejects it")
+            record.update(outcome="rejected with the wrong error type",
+                          detail=f"expected ValueError or TypeError naming {argument!r}, got "
+                                 f"{type(exc).__name__}: {exc}")
+            return self._contract(record, clause)
+        record.update(outcome="accepted", detail="the spec rejects it")
+        return self._contract(record, clause)
+
+    def _contract(self, record: dict, clause: str):
+        """A bad input not rejected as the spec says: recorded; fails under strict inputs."""
+        self.tally.contract.append(record)
+        message = f"input contract: {record['input']}: {record['outcome']} ({record['detail']})"
+        if self.strict_inputs or self.strict_errors:
+            self.fail(clause, message)
+        pytest.xfail(message + "; reported in the certificate, judged with --strict-inputs")
+
+    def note_contract(self, clause: str, what: str, accepted: bool, detail: str = ""):
+        """An input whose acceptance the spec leaves to the implementation (an array-like in
+        place of an array): recorded, never judged."""
+        self.tally.contract.append({"test": self.test, "clause": clause, "input": what,
+                                    "judged": False,
+                                    "outcome": "accepted" if accepted else "rejected",
+                                    "detail": detail})
 
     # -- hand-written expectations ------------------------------------------------------------
+    def own_global_scale(self, spec_global_scale: float, case: Case) -> float:
+        """The s_g a conforming result of this backend reads back as, when the spec's is
+        ``spec_global_scale``: the same, unless the backend stores its own s_g as the reciprocal
+        (NVFP4-GS-4: it quantizes with fp32(1/r), r = fp32(1/s_g))."""
+        if self.convention != "reciprocal" or case.global_scale is not None:
+            return spec_global_scale
+        return nearest_reciprocal_read_back(spec_global_scale)
+
     def expect(self, clause: str, what: str, expected, observed, case: Case | None = None,
                layout: str = "groups"):
         """A hand-written expectation of the spec (a table value, a byte, a code).
@@ -200,6 +312,24 @@ class Checker:
         where = f" on {case.describe()}" if case is not None else ""
         pytest.fail(f"backend {self.label!r} does not conform (profile {self.profile}){where}\n"
                     f"  [{clause}] {text}", pytrace=False)
+
+
+def crop(observed: QuantizedWeight, shape) -> QuantizedWeight:
+    """A result record cut back to ``shape`` (a case padded into the backend's domain)."""
+    rows, cols = shape
+    if observed.codes.shape == (rows, cols):
+        return observed
+    groups = cols // GROUP
+    initial = None if observed.initial_bytes is None else observed.initial_bytes[:rows, :groups]
+    cut = QuantizedWeight.from_bytes(observed.codes[:rows, :cols],
+                                     observed.scale_bytes[:rows, :groups], initial,
+                                     observed.global_scale, method=observed.method,
+                                     init=observed.init, K=observed.K, U=observed.U,
+                                     scale_ceiling=observed.scale_ceiling)
+    if observed.delta is not None:
+        object.__setattr__(cut, "delta", np.ascontiguousarray(observed.delta[:rows, :groups]))
+    object.__setattr__(cut, "packed", np.ascontiguousarray(observed.packed[:rows, :cols // 2]))
+    return cut
 
 
 def _index_re(index) -> str:

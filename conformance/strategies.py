@@ -165,10 +165,13 @@ def windows(draw) -> tuple[int, int]:
 @st.composite
 def cases(draw, methods, inits, max_rows: int = 4, max_groups: int = 4, method: str | None = None,
           init: str | None = None, dtype=None, h_kind: str | None = None, sg_mode: str | None = None,
-          window: tuple[int, int] | None = None, ceiling: float | None = None) -> Case:
-    """A small layer and the options of one quantize call."""
+          window: tuple[int, int] | None = None, ceiling: float | None = None,
+          dtypes=None) -> Case:
+    """A small layer and the options of one quantize call, its weight in ``dtype`` or drawn
+    from ``dtypes`` (default: every input dtype, float32 the most often)."""
     rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
-    dtype = np.dtype(dtype or draw(st.sampled_from(DTYPE_CHOICES)))
+    choices = [d for d in DTYPE_CHOICES if dtypes is None or d in [np.dtype(x) for x in dtypes]]
+    dtype = np.dtype(dtype or draw(st.sampled_from(choices or list(dtypes))))
     sg = draw(global_scales(dtype))
     rows = draw(st.integers(1, max_rows))
     gcols = draw(st.integers(1, max_groups))

@@ -1,5 +1,6 @@
 """Fixtures shared by the tests: the seeded tiny decoder on disk and its RTN checkpoints in both
-layouts, built once per session; a built-in backend, or a skip saying why it cannot run."""
+layouts, built once per session; a built-in backend, or a skip saying why it cannot run; the
+calibrated full models; the self-tests' subprocess runs of the installed suite."""
 
 from __future__ import annotations
 
@@ -40,3 +41,17 @@ def runnable_backend():
             pytest.skip(f"{name} needs a CUDA device to run: {why}")
         return backend
     return backend_here
+
+
+@pytest.fixture(scope="session")
+def zoo():
+    """The calibrated full models (the suite's own ``hscale.conformance.zoo``)."""
+    from hscale.conformance.zoo import ModelZoo
+    return ModelZoo()
+
+
+@pytest.fixture(scope="session")
+def selftest_runs(tmp_path_factory):
+    """Every subprocess run of the self-tests (mutants, adapters), started together."""
+    from selftest import all_runs
+    return all_runs(tmp_path_factory.mktemp("selftest"))

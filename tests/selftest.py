@@ -1,4 +1,6 @@
-"""Running the suite on other backends in subprocesses (for the self-tests)."""
+"""Running the installed suite on other backends in subprocesses, as a vendor runs it
+(``pytest --pyargs hscale.conformance``, from a directory outside the repository), for the
+kit's self-tests: the mutants must fail citing their clauses, the adapters pass."""
 
 from __future__ import annotations
 
@@ -12,14 +14,44 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-#: The repository checkout the suite runs from (the self-tests run only there).
+#: The repository checkout (the docs the adapter example is read from).
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-#: The quick subset the self-tests run: everything but the full models, the bundled real
-#: layer and the self-tests themselves; Hypothesis' "mutant" profile (25 examples, no shrink).
-QUICK = ["-m", "not slow and not selftest", "-k", "not real_minilm_layer",
-         "--ignore", "conformance/test_calibration.py",
-         "--hypothesis-profile", "mutant"]
+#: The quick subset the self-tests run: everything but the full models and the bundled real
+#: layer; Hypothesis' "mutant" profile (25 examples, no shrinking).
+FEW_EXAMPLES = ["-k", "not real_minilm_layer", "--hypothesis-profile", "mutant"]
+QUICK = ["-m", "not slow", *FEW_EXAMPLES]  # (hscale conform --quick is the "-m not slow")
+
+
+def suite_command(*args: str) -> list[str]:
+    """The vendor's command line: the installed suite by its package name."""
+    return [sys.executable, "-m", "pytest", "--pyargs", "hscale.conformance", "-q",
+            "-p", "no:cacheprovider", *args]
+
+
+#: A pytest plugin that writes every collected test's clause markers to a JSON file.
+CLAUSE_DUMP = """
+import json, os
+
+def pytest_collection_finish(session):
+    markers = {item.nodeid: [c for m in item.iter_markers("clause") for c in m.args]
+               for item in session.items}
+    with open(os.environ["CLAUSE_DUMP"], "w") as out:
+        json.dump(markers, out)
+"""
+
+
+def collected_clause_markers(tmp_path: Path, *args: str) -> dict[str, list[str]]:
+    """{node id: its clause markers} of the installed suite as collected with ``args`` (a
+    backend, a --clause), in a subprocess outside the repository."""
+    (tmp_path / "clause_dump.py").write_text(CLAUSE_DUMP, encoding="utf-8")
+    dump = tmp_path / "markers.json"
+    env = dict(os.environ, CLAUSE_DUMP=str(dump), PYTHONPATH=os.pathsep.join(
+        filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run(suite_command("--collect-only", "-p", "clause_dump", *args),
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    return json.loads(dump.read_text())
 
 
 @dataclass
@@ -29,28 +61,32 @@ class Run:
     args: list[str] = field(default_factory=list)
     env: dict = field(default_factory=dict)
     quick: bool = True
+    conform: bool = False  # run as `hscale conform` (its exit code: 0 conforms, 1 does not)
     returncode: int | None = None
     seconds: float = 0.0
     output: str = ""
     reports: dict = field(default_factory=dict)  # backend id -> report
 
     def command(self, report_dir: Path) -> list[str]:
-        cmd = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider",
-               "--self-tests", "off", "--conformance-report",
-               str(report_dir / self.name / "{backend}.json")]
-        for b in self.backends:
-            cmd += ["--backend", b]
-        return cmd + (QUICK if self.quick else []) + self.args
+        certificate = str(report_dir / self.name / "{backend}.json")
+        backends = [arg for name in self.backends for arg in ("--backend", name)]
+        if self.conform:
+            return ([sys.executable, "-m", "hscale", "conform", *backends,
+                     "--certificate", certificate, *self.args]
+                    + (["--quick", "--", *FEW_EXAMPLES] if self.quick else []))
+        return (suite_command("--certificate", certificate, *backends)
+                + (QUICK if self.quick else []) + self.args)
 
 
 def run_all(runs: list[Run], report_dir: Path, workers: int = 2, timeout: int = 900) -> list[Run]:
     report_dir.mkdir(parents=True, exist_ok=True)
 
     def one(run: Run) -> Run:
-        env = dict(os.environ, HSCALE_CONFORMANCE_CHILD="1", **run.env)
+        env = dict(os.environ, **run.env)
         env.pop("CI", None)
         start = time.time()
-        proc = subprocess.run(run.command(report_dir), cwd=REPO_ROOT, env=env, timeout=timeout,
+        # From the reports directory, outside the repository: no ini file, as for a vendor.
+        proc = subprocess.run(run.command(report_dir), cwd=report_dir, env=env, timeout=timeout,
                               capture_output=True, text=True)
         run.returncode = proc.returncode
         run.seconds = time.time() - start
@@ -66,7 +102,7 @@ def run_all(runs: list[Run], report_dir: Path, workers: int = 2, timeout: int = 
 
 def summary(report: dict) -> str:
     tests = report.get("tests", {})
-    return (f"{report['backend']['id']}: passed {tests.get('passed', 0)}, failed "
+    return (f"{report['backend']['id']}: {report.get('verdict')}; passed {tests.get('passed', 0)}, failed "
             f"{tests.get('failed', 0)}, errors {tests.get('error', 0)}, skipped "
             f"{tests.get('skipped', 0)}; violations {sorted(report.get('violations', {}))}; "
             f"allowance uses {report.get('allowance_uses')}")
@@ -198,4 +234,31 @@ def all_runs(tmp: Path) -> dict[str, Run]:
     for mutant, allowance, _, other in ALLOWED:
         runs.append(Run(f"faithful-{allowance}", [M + mutant, M + other],
                         ["--profile", "faithful", "--allow", allowance]))
+    runs += vendor_runs()
     return {run.name: run for run in run_all(runs, tmp / "reports")}
+
+
+# ------------------------------------------------------------------------------------------
+# Kernels written as a vendor writes them (tests/vendor_kernels.py), certified by hscale conform
+# ------------------------------------------------------------------------------------------
+
+V = "vendor_kernels:"
+#: What the bf16 kernel's fp32 arithmetic needs (docs/spec.md section 7).
+BF16_ALLOWANCES = ("fp32-scale-rounding", "reciprocal-multiply", "supplied-reciprocal")
+BF16_FAITHFUL = ["--profile", "faithful"] + [a for name in BF16_ALLOWANCES
+                                            for a in ("--allow", name)]
+#: Each slip of the bf16 kernel, and the clause its certificate must name.
+BF16_SLIPS = {"wrong_swizzle": ("vendor-bf16-wrong-swizzle", "NVFP4-PACK-3"),
+              "ties_away": ("vendor-bf16-ties-away", "NVFP4-E2M1-2"),
+              "bf16_reciprocal": ("vendor-bf16-reciprocal-in-bf16", "NVFP4-GS-1")}
+
+
+def vendor_runs() -> list[Run]:
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent),
+                                                       os.environ.get("PYTHONPATH")]))}
+    return [Run("vendor-exact-rtn", [V + "exact_rtn"], env=env, quick=False, conform=True),
+            Run("vendor-bf16", [V + "bf16_kernel"], BF16_FAITHFUL, env=env, quick=False,
+                conform=True),
+            Run("vendor-bf16-exact", [V + "bf16_kernel"], env=env, conform=True),
+            Run("vendor-bf16-slips", [V + name for name in BF16_SLIPS], BF16_FAITHFUL, env=env,
+                conform=True)]

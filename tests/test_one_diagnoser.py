@@ -1,15 +1,13 @@
 """One conformance core: the suite and ``hscale vectors check`` report a planted error with the
-same findings, word for word, and ``pytest conformance --clause ID`` runs exactly the tests and
-vector cases of that clause. Both run the suite as a user does, in a subprocess started outside
-the repository, with a mutant named the way a reader of conformance/ writes it."""
+same findings, word for word, and ``--clause ID`` runs exactly the tests and vector cases of that
+clause. Both run the installed suite as a user does (``pytest --pyargs hscale.conformance``), in
+a subprocess started outside the repository."""
 
 from __future__ import annotations
 
 import io
 import re
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +16,8 @@ from hscale.judge.cases import Rejection
 from hscale.vectors import load_vectors
 from hscale.cli import main as hscale_main
 from hscale.vectors import LEVEL0_DIR as DEFAULT_LEVEL0_DIR
+from selftest import collected_clause_markers, suite_command
 
-ROOT = Path(__file__).resolve().parent.parent
 # Keeps the first candidate in window order on an exact tie (HSCALE-ARGMIN-1 says: the first
 # in priority order 0, +1, -1, ...): the argmin-tie-* vectors catch it.
 MUTANT = "first_candidate_tie"
@@ -27,10 +25,8 @@ FINDING = re.compile(r"^\s+(\[[A-Z0-9-]+\] .*)$")
 
 
 def run_suite(tmp_path, *args) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "conformance"), "-p", "no:cacheprovider",
-           "--self-tests", "off", "--conformance-report", str(tmp_path / "report.json"),
-           # No short summary: under CI=true pytest repeats each full failure text there.
-           "-rN", *args]
+    # No short summary: under CI=true pytest repeats each full failure text there.
+    cmd = suite_command("--certificate", str(tmp_path / "report.json"), "-rN", *args)
     return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
 
 
@@ -52,8 +48,8 @@ def findings_by_case(text: str, header: re.Pattern) -> dict[str, list[str]]:
 
 def test_a_planted_error_reads_the_same_in_the_suite_and_in_vectors_check(tmp_path):
     # The suite on the mutant, the argmin-tie vector cases only.
-    suite = run_suite(tmp_path, "--backend", f"conformance.mutants:{MUTANT}", "-k",
-                      "test_vectors and argmin-tie", "-q")
+    suite = run_suite(tmp_path, "--backend", f"hscale.conformance.mutants:{MUTANT}", "-k",
+                      "test_vectors and argmin-tie")
     assert suite.returncode == 1, suite.stdout[-3000:] + suite.stderr[-2000:]
     in_suite = findings_by_case(suite.stdout, re.compile(r"does not conform .* on (\S+):"))
 
@@ -87,7 +83,7 @@ def test_a_planted_error_reads_the_same_in_the_suite_and_in_vectors_check(tmp_pa
 
 
 def collected(tmp_path, *args) -> set[str]:
-    done = run_suite(tmp_path, "--backend", "numpy", "--collect-only", "-q", *args)
+    done = run_suite(tmp_path, "--backend", "numpy", "--collect-only", *args)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return {line.strip() for line in done.stdout.splitlines() if "::" in line}
 
@@ -110,24 +106,6 @@ def test_clause_selects_exactly_the_tests_and_vector_cases_of_that_clause(tmp_pa
 
 
 def _marked_with(tmp_path, clause) -> set[str]:
-    """Node ids of the collected tests whose clause markers include ``clause``, from a
-    conftest-free plugin that prints each item's markers at collection."""
-    plugin = tmp_path / "print_clauses.py"
-    plugin.write_text(
-        "def pytest_collection_finish(session):\n"
-        "    for item in session.items:\n"
-        "        ids = [c for m in item.iter_markers('clause') for c in m.args]\n"
-        "        print('CLAUSES', item.nodeid, ' '.join(ids))\n")
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "conformance"), "-p", "no:cacheprovider",
-           "-p", "print_clauses", "--backend", "numpy", "--self-tests", "off",
-           "--collect-only", "-q"]
-    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    marked = set()
-    for line in done.stdout.splitlines():
-        if line.startswith("CLAUSES "):
-            _, nodeid, *ids = line.split(" ")
-            if clause in ids:
-                marked.add(nodeid)
-    return marked
+    """Node ids of the collected tests whose clause markers include ``clause``."""
+    markers = collected_clause_markers(tmp_path, "--backend", "numpy")
+    return {nodeid for nodeid, ids in markers.items() if clause in ids}

@@ -1,17 +1,15 @@
-"""A third-party adapter given as ``module:factory`` from outside the repository runs the suite:
-the adapter of docs/backends.md is copied into a temporary directory, put on PYTHONPATH and
-tested in a subprocess. Also: a backend that declares fewer capabilities gets skips, not
-failures; bad command lines are usage errors, not tracebacks."""
+"""A third-party adapter given as ``module:factory`` runs the installed suite from outside the
+repository: the adapter of docs/backends.md is copied into a temporary directory, put on
+PYTHONPATH and tested in a subprocess. Also: a backend that declares fewer capabilities gets
+skips, not failures; bad command lines are usage errors, not tracebacks."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import pytest
 
-from hscale.conformance.selftest import REPO_ROOT, summary
+from selftest import suite_command, summary
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +26,7 @@ def test_third_party_adapter_passes(adapter_runs):
     assert run.returncode == 0, f"{summary(report)}\n{run.output[-3000:]}"
     assert report["tests"].get("passed", 0) > 100, summary(report)
     assert report["backend"]["version"].startswith("myadapter 1.0"), report["backend"]
+    assert report["verdict"] == "conforms", summary(report)
 
 
 @pytest.mark.selftest
@@ -53,6 +52,7 @@ def test_a_plain_third_party_passes_exact_when_its_numbers_are_right(adapter_run
     assert report["tests"].get("failed", 0) == 0 and report["tests"].get("error", 0) == 0, (
         f"{summary(report)}\n{run.output[-4000:]}")
     assert report["tests"].get("passed", 0) > 300, summary(report)
+    assert report["verdict"] == "conforms", summary(report)
 
 
 @pytest.mark.selftest
@@ -63,6 +63,8 @@ def test_a_plain_third_party_fails_with_the_right_clause_when_they_are_not(adapt
     assert report is not None, run.output[-3000:]
     assert report["tests"].get("failed", 0) > 0, summary(report)
     assert set(report["violations"]) == {"NVFP4-ZERO-1"}, summary(report)
+    assert report["verdict"] == "does not conform", summary(report)
+    assert report["verdicts"]["clauses_broken"] == ["NVFP4-ZERO-1"], summary(report)
 
 
 BAD_COMMAND_LINES = {
@@ -78,12 +80,10 @@ BAD_COMMAND_LINES = {
 @pytest.mark.selftest
 @pytest.mark.clause("SUITE-ADAPTER-1")
 @pytest.mark.parametrize("name", list(BAD_COMMAND_LINES))
-def test_bad_command_lines_are_usage_errors(name):
+def test_bad_command_lines_are_usage_errors(name, tmp_path):
     args, words = BAD_COMMAND_LINES[name]
-    env = dict(os.environ, HSCALE_CONFORMANCE_CHILD="1")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "conformance", "-q",
-                           "-p", "no:cacheprovider", "--collect-only", *args],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(suite_command("--collect-only", *args), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 4, f"exit code {proc.returncode}, expected 4 (usage error):\n{out}"
     assert words in out, f"the usage error does not say {words!r}:\n{out}"

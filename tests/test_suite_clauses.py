@@ -1,6 +1,7 @@
 """The suite covers the spec: every clause of docs/spec.md has at least one test or vector case,
 every test names its clauses, no test names a clause the spec does not have, and the spec's
-table of allowances (section 7) is the suite's."""
+table of allowances (section 7) is the suite's. These are the kit's own checks: they run in the
+repository's test run, never in a vendor's run of the installed suite."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ from hscale.judge.clauses import (CLAUSE_RE, SUITE_PREFIX, clause_ids, registry,
                                         spec_text)
 from hscale.judge.profiles import ALLOWANCES
 from hscale.vectors.catalogue import level0_cases
-
-from .conftest import STATE_KEY
+from selftest import collected_clause_markers
 
 HERE = Path(__file__).parent
-TEST_DIRS = (HERE, HERE.parent / "tests")
+TEST_DIRS = (HERE.parent / "conformance", HERE)
+
 
 
 def _literal_strings(node, constants) -> list[str]:
@@ -78,9 +79,12 @@ def test_markers_name_only_spec_clauses():
 
 
 @pytest.mark.clause("SUITE-CLAUSES-1")
-def test_every_collected_test_has_a_clause_marker(request):
-    items = request.config.stash[STATE_KEY].items
-    bare = sorted(nodeid for nodeid, (_, clauses) in items.items() if not clauses)
+def test_every_collected_test_has_a_clause_marker(tmp_path):
+    """Every test of the installed suite, as collected for a backend (parametrizations and all),
+    carries a clause marker."""
+    items = collected_clause_markers(tmp_path, "--backend", "numpy")
+    assert len(items) > 300, f"only {len(items)} tests collected"
+    bare = sorted(nodeid for nodeid, clauses in items.items() if not clauses)
     assert not bare, f"tests without @pytest.mark.clause: {bare[:10]}"
 
 
@@ -97,3 +101,43 @@ def test_allowances_are_the_spec_table():
     section = spec_text().split("## 7.")[1]
     in_spec = set(re.findall(r"^\| `([a-z0-9-]+)` \|", section, re.M))
     assert in_spec == set(ALLOWANCES), sorted(in_spec ^ set(ALLOWANCES))
+
+
+#: What each spec version defines: its clause IDs and its allowances (section 7). Adding or
+#: removing either is at least a MINOR change (docs/spec.md, "How the version changes"): bump
+#: hscale.SPEC_VERSION and the version the spec states, and add the new version's row here.
+SPEC_1_0_CLAUSES = (
+    "NVFP4-E2M1-1", "NVFP4-E2M1-2", "NVFP4-E2M1-3", "NVFP4-E4M3-1", "NVFP4-E4M3-2",
+    "NVFP4-E4M3-3", "NVFP4-GS-1", "NVFP4-GS-2", "NVFP4-GS-3", "NVFP4-GS-4", "NVFP4-INIT-1",
+    "NVFP4-INIT-2", "NVFP4-ZERO-1", "HSCALE-WIN-1", "HSCALE-OBJ-1", "HSCALE-ARGMIN-1",
+    "HSCALE-METHOD-1", "HSCALE-CAL-1", "HSCALE-GPTQ-1", "NVFP4-PACK-1", "NVFP4-PACK-2",
+    "NVFP4-PACK-3", "NVFP4-DEQ-1", "NVFP4-CKPT-1", "NVFP4-CKPT-2", "NVFP4-CKPT-3",
+    "NVFP4-IN-1", "NVFP4-IN-2", "NVFP4-IN-3", "NVFP4-IN-4", "NVFP4-IN-5")
+SPEC_1_0_ALLOWANCES = (
+    "zero-group-byte", "negative-zero", "fp32-scale-rounding", "reciprocal-multiply",
+    "no-subnormal-scales", "reciprocal-global-scale", "low-precision-global-scale",
+    "underflow-zero-group")
+SPEC_CONTENTS = {
+    "1.0": {"clauses": set(SPEC_1_0_CLAUSES), "allowances": set(SPEC_1_0_ALLOWANCES)},
+    # 1.1: a caller's s_g stored as a reciprocal (NVFP4-GS-4's last paragraph)
+    "1.1": {"clauses": set(SPEC_1_0_CLAUSES),
+            "allowances": set(SPEC_1_0_ALLOWANCES) | {"supplied-reciprocal"}},
+}
+
+
+@pytest.mark.clause("SUITE-CLAUSES-1")
+def test_the_spec_states_the_kits_version_and_its_contents_match_it():
+    import hscale
+    stated = re.search(r"^Spec version \*\*([0-9]+\.[0-9]+)\*\*", spec_text(), re.M)
+    assert stated, "docs/spec.md no longer states its version in its first paragraph"
+    assert stated.group(1) == hscale.SPEC_VERSION, (
+        f"docs/spec.md says version {stated.group(1)}, hscale.SPEC_VERSION is "
+        f"{hscale.SPEC_VERSION}")
+    contents = SPEC_CONTENTS.get(hscale.SPEC_VERSION)
+    assert contents is not None, f"no row for spec version {hscale.SPEC_VERSION} here"
+    now = {"clauses": set(clause_ids()), "allowances": set(ALLOWANCES)}
+    for part in now:
+        assert now[part] == contents[part], (
+            f"spec {hscale.SPEC_VERSION}: {part} added {sorted(now[part] - contents[part])}, "
+            f"removed {sorted(contents[part] - now[part])}: a change of clauses or allowances "
+            "needs a new version (docs/spec.md, How the version changes)")

@@ -1,7 +1,8 @@
 """The hscale command: quantize a model into a checkpoint engines load (quantize, with its
 calibration on its own: calibrate), quantize a layer with RTN, scale-only and H-Scale side by
-side (demo), time the backends against the reference (bench), and generate, verify and check
-the golden test vectors (vectors). Every command and its exit codes: docs/cli.md.
+side (demo), time the backends against the reference (bench), certify a backend against the
+spec (conform), generate, verify and check the golden test vectors (vectors), and print the
+shipped documentation (docs). Every command and its exit codes: hscale docs cli.
 
 Exit codes: 0 success; 1 the work ran and found a difference (a mismatch, vectors that drifted,
 a result that does not conform); 2 a user error (a bad argument, an input that cannot be read,
@@ -14,12 +15,12 @@ import argparse
 import logging
 import sys
 
-from . import bench, checkpoints, demo, interop, quantize, report, vectors
+from . import bench, checkpoints, conform, demo, docs, interop, quantize, report, vectors
 from .args import EXIT_OK, CommandParser, error_text, fail, plain_text
 
 #: Commands that own their whole argument list (``hscale bench --help``): the dispatcher hands
 #: them everything after their name.
-OWN_PARSERS = {"bench": bench.main, "interop": interop.main}
+OWN_PARSERS = {"bench": bench.main, "interop": interop.main, "conform": conform.main}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,7 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("interop", help="run the real NVFP4 libraries through the suite and "
                                         "write what each does differently (see hscale interop "
                                         "--help)", add_help=False)
+    commands.add_parser("conform", help="run the conformance suite on a backend and write its "
+                                        "certificate (see hscale conform --help)",
+                        add_help=False)
     vectors.add_parser(commands)
+    docs.add_parser(commands)
     return parser
 
 

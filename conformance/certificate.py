@@ -1,0 +1,172 @@
+"""The certificate of a conformance run: what a vendor keeps, and what ``hscale conform`` prints.
+
+Two parts, judged apart:
+
+- **numerics**: every clause judged on valid inputs in the backend's declared domain, with
+  its status: ``pass``, ``allowed`` (passed, with a named allowance of that clause used),
+  ``fail`` (a finding of that clause), ``error`` (the backend raised on a valid input of a test
+  of that clause: not a finding about NVFP4, but nothing was judged), ``not applicable`` (no
+  test of it could run: a capability or input the backend does not declare). The numerics
+  verdict is "conforms" when no clause fails or errors and at least one was judged;
+- **input contract**: the bad inputs of section 5 of the spec (NVFP4-IN-*), each rejected,
+  rejected for another reason (the backend also rejects the same call with the bad input
+  repaired), or accepted. It decides the verdict only under ``--strict-inputs``.
+
+The certificate records the kit and spec versions, the backend and its declared domain, the
+profile and the allowances with how many groups and elements each forgave, the Hypothesis
+settings, and the command that reproduces the run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from hscale.judge.clauses import cited_clauses, clause_ids, registry
+from hscale.judge.profiles import ALLOWANCES
+
+INPUT_SECTION_PREFIX = "NVFP4-IN-"
+#: How a failure on valid input starts: not a finding, so it cites no clause.
+RAISED_ON_VALID_INPUT = "raised on valid input"
+#: The outcomes of a bad input (``Checker.expect_rejection``), the expected one first.
+CONTRACT_OUTCOMES = ("rejected", "rejected for another reason",
+                     "rejected with the wrong error type", "accepted")
+STATUSES = ("pass", "allowed", "fail", "error", "input contract", "not applicable")
+#: Characters of a clause's first failure kept in the certificate.
+FAILURE_TEXT = 3000
+#: Clauses no test of a backend can judge, and where they are judged instead.
+JUDGED_ELSEWHERE = {
+    "NVFP4-CKPT-1": "a checkpoint layout, judged on checkpoints by hscale check",
+    "NVFP4-CKPT-2": "a checkpoint layout, judged on checkpoints by hscale check",
+    "NVFP4-CKPT-3": "a checkpoint layout, judged on checkpoints by hscale check",
+}
+
+
+def _row() -> dict:
+    return {"passed": 0, "failed": 0, "error": 0, "skipped": 0, "failing": [], "skip_reasons": []}
+
+
+def clause_statuses(items: dict, outcomes: dict, backend_id: str, allowance_uses: Counter) -> dict:
+    """clause -> {status, passed, failed, error, skipped, failing} over the tests run on the
+    backend (``items``: nodeid -> (backend id, clauses); ``outcomes``: nodeid -> (outcome,
+    text)). A failure counts against the clauses its findings cite; a failure that cites none
+    (the backend raised on valid input) is an error of every clause its test names."""
+    used = {ALLOWANCES[a].clause for a, n in allowance_uses.items() if n}
+    rows = {c: _row() for c in clause_ids()}
+    for nodeid, (owner, ids) in items.items():
+        if owner != backend_id:
+            continue
+        outcome, text = outcomes.get(nodeid, ("not run", ""))
+        cited = cited_clauses(text) if outcome in ("failed", "error") else []
+        for cid in ids:
+            row = rows.setdefault(cid, _row())
+            if outcome in ("failed", "error"):
+                if cited and cid not in cited:
+                    row["passed"] += 1  # the test failed on another clause: this one held
+                    continue
+                kind = "failed" if cited else "error"
+                row[kind] += 1
+                row["failing"].append(nodeid)
+                row.setdefault("first_failure", text[:FAILURE_TEXT])
+            elif outcome in ("passed", "skipped"):
+                row[outcome] += 1
+                if outcome == "skipped" and text not in row["skip_reasons"]:
+                    row["skip_reasons"].append(text)
+            elif outcome == "xfailed":  # an input-contract outcome, recorded apart
+                row["skipped"] += 1
+        for cid in cited:
+            if cid not in ids and outcome in ("failed", "error"):
+                row = rows.setdefault(cid, _row())
+                row["failed"] += 1
+                row["failing"].append(nodeid)
+                row.setdefault("first_failure", text[:FAILURE_TEXT])
+    for cid, row in rows.items():
+        if row["failed"]:
+            row["status"] = "fail"
+        elif row["error"]:
+            row["status"] = "error"
+        elif cid.startswith(INPUT_SECTION_PREFIX):
+            # Section 5's rejections are the input contract, reported apart (an input test
+            # fails only under --strict-inputs, or when the backend breaks on the control call).
+            row["status"] = "input contract"
+        elif not row["passed"]:
+            row["status"] = "not applicable"
+            reasons = row["skip_reasons"]
+            row["reason"] = (JUDGED_ELSEWHERE.get(cid)
+                             or (f"every test skipped: {reasons[0]}"
+                                 + (f" (and {len(reasons) - 1} other reasons)"
+                                    if len(reasons) > 1 else "")
+                                 if row["skipped"] else "no test of this clause ran"))
+        elif cid in used:
+            row["status"] = "allowed"
+        else:
+            row["status"] = "pass"
+    return rows
+
+
+def contract_summary(contract: list[dict]) -> dict:
+    """The input-contract part: every bad input with its outcome, and the counts."""
+    counts = Counter(item["outcome"] for item in contract if item.get("judged", True))
+    return {"counts": {outcome: counts[outcome] for outcome in CONTRACT_OUTCOMES
+                       if counts[outcome] or outcome == "rejected"},
+            "items": contract}
+
+
+def verdicts(clauses: dict, contract: dict, strict_inputs: bool, tests: Counter) -> dict:
+    """The overall verdict and its parts. "conforms" needs every test of the run to have passed,
+    skipped (outside the declared domain or capabilities) or recorded an input-contract
+    outcome: a failed test is never hidden by the clause bookkeeping."""
+    judged = [c for c, row in clauses.items() if row["status"] in ("pass", "allowed", "fail",
+                                                                    "error")]
+    broken = [c for c, row in clauses.items() if row["status"] in ("fail", "error")]
+    failed_tests = tests.get("failed", 0) + tests.get("error", 0)
+    numerics = ("does not conform" if broken or failed_tests
+                else "not judged" if not judged else "conforms")
+    departures = {outcome: n for outcome, n in contract["counts"].items()
+                  if outcome != "rejected"}
+    overall = numerics
+    if strict_inputs and numerics == "conforms" and departures:
+        overall = "does not conform"
+    return {"verdict": overall, "numerics": numerics,
+            "input_contract": "every bad input rejected" if not departures else ", ".join(
+                f"{n} {outcome}" for outcome, n in departures.items()),
+            "input_contract_decides": strict_inputs,
+            "clauses_broken": broken, "tests_failed": failed_tests}
+
+
+def render_summary(certificate: dict) -> list[str]:
+    """The short human summary printed at the end of a run."""
+    backend = certificate["backend"]
+    if not backend["available"]:  # one line, not a not-applicable line per clause
+        return [f"certificate for {backend['id']} ({backend['version']}): "
+                f"{certificate['verdict'].upper()}: unavailable here: {backend['reason']}"]
+    lines = [f"certificate for {backend['id']} ({backend['version']}): "
+             f"{certificate['verdict'].upper()}",
+             f"  profile {certificate['profile']}"
+             + (f", allowances {', '.join(certificate['allowances'])}"
+                if certificate["allowances"] else "")
+             + f"; domain: {certificate['domain_text']}"]
+    by_status = defaultdict(list)
+    for cid, row in certificate["clauses"].items():
+        if cid in registry():
+            by_status[row["status"]].append(cid)
+    lines.append("  clauses: " + "; ".join(f"{len(by_status[s])} {s}" for s in STATUSES
+                                            if by_status[s]))
+    for status in ("fail", "error"):
+        if by_status[status]:
+            lines.append(f"  {status}: {', '.join(by_status[status])}")
+    if ("NVFP4-PACK-3" in by_status["fail"] and len(by_status["fail"]) > 1
+            and certificate["domain"].get("scale_layout") == "swizzled-128x4"):
+        lines.append("  note: the swizzled layout is wrong (NVFP4-PACK-3), so the scale bytes were "
+                     "read back from the wrong places: look at NVFP4-PACK-3 first, the other "
+                     "failures may follow from it")
+    for cid in by_status["not applicable"]:
+        lines.append(f"  not applicable: {cid}: {certificate['clauses'][cid].get('reason', '')}")
+    uses = certificate["allowance_uses"]
+    if uses:
+        lines.append("  allowances used: " + ", ".join(f"{a} ({n})" for a, n in uses.items()))
+    counts = certificate["input_contract"]["counts"]
+    role = "decides the verdict" if certificate["strict_inputs"] else "reported, not judged"
+    lines.append(f"  input contract ({role}): "
+                 + ", ".join(f"{n} {outcome}" for outcome, n in counts.items()))
+    lines.append(f"  reproduce: {certificate['command']}")
+    return lines

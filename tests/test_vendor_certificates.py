@@ -1,0 +1,91 @@
+"""What a vendor gets from `hscale conform`: kernels written in tests/vendor_kernels.py without
+the reference, certified through the installed suite from outside the repository (the runs are
+tests/selftest.py's, started together once per session).
+
+- an exact RTN whose adapter raises plain errors and takes array-likes: "conforms" under exact;
+- a bfloat16-only kernel with swizzled scale bytes, a reciprocal global scale and fp32
+  arithmetic: "conforms" under faithful with the three allowances its arithmetic needs, judged
+  on bfloat16 data, full models included; under exact, "does not conform", each finding naming
+  the allowance that would excuse it;
+- the same kernel with one slip each (the swizzle, the E2M1 tie rule, the reciprocal): "does not
+  conform", naming the clause."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from selftest import BF16_ALLOWANCES, BF16_SLIPS, summary
+
+
+def _certificate(runs, run_name, backend_id):
+    run = runs[run_name]
+    report = run.reports.get(backend_id)
+    assert report is not None, (f"run {run_name!r} wrote no certificate for {backend_id} (exit "
+                                f"{run.returncode}):\n{run.output[-4000:]}")
+    return run, report
+
+
+@pytest.mark.selftest
+@pytest.mark.clause("SUITE-ADAPTER-1")
+def test_an_independent_exact_rtn_conforms_under_exact(selftest_runs):
+    run, cert = _certificate(selftest_runs, "vendor-exact-rtn", "vendor-exact-rtn")
+    assert cert["verdict"] == "conforms" and run.returncode == 0, (
+        f"{summary(cert)}\n{run.output[-4000:]}")
+    assert cert["profile"] == "exact" and cert["allowance_uses"] == {}, summary(cert)
+    # judged on all three dtypes and the full models, not only on the quick subset
+    full = {n: o for n, o in cert["test_outcomes"].items() if "test_full_model[" in n}
+    rtn = {n: o for n, o in full.items() if re.search(r"-(minilm|tiny-decoder)-rtn-", n)}
+    assert len(rtn) == 6 and set(rtn.values()) == {"passed"}, rtn
+    # the array-like weight it takes is its business: recorded, not judged
+    lists = [item for item in cert["input_contract"]["items"] if "list" in item["input"]]
+    assert lists and all(not item["judged"] and item["outcome"] == "accepted" for item in lists)
+
+
+@pytest.mark.selftest
+@pytest.mark.clause("SUITE-ADAPTER-1", "NVFP4-PACK-3", "NVFP4-GS-4")
+def test_a_bf16_swizzled_reciprocal_kernel_conforms_under_faithful(selftest_runs):
+    run, cert = _certificate(selftest_runs, "vendor-bf16", "vendor-bf16-kernel")
+    assert cert["verdict"] == "conforms" and run.returncode == 0, (
+        f"{summary(cert)}\n{run.output[-4000:]}")
+    assert cert["domain"] == {"input_dtypes": ["bfloat16"], "shape_multiple": [128, 64],
+                              "scale_layout": "swizzled-128x4",
+                              "global_scale_convention": "reciprocal"}, cert["domain"]
+    assert set(cert["allowance_uses"]) == set(BF16_ALLOWANCES), cert["allowance_uses"]
+    statuses = {c: row["status"] for c, row in cert["clauses"].items()}
+    assert statuses["NVFP4-PACK-3"] == "pass" and statuses["NVFP4-E2M1-2"] == "allowed", statuses
+    # the full models ran, on bfloat16 weights; float32 and float16 are outside its domain
+    full = {n: o for n, o in cert["test_outcomes"].items() if "test_full_model[" in n}
+    ran = {n for n, o in full.items() if o == "passed"}
+    assert any("minilm-rtn-bfloat16" in n for n in ran), full
+    assert all(n.endswith("bfloat16]") for n in ran), ran
+    assert not any(o in ("failed", "error") for o in cert["test_outcomes"].values())
+    assert cert["hypothesis"]["profile"] == "ci" and cert["hypothesis"]["derandomize"]
+    # the command that reproduces it is the vendor's own, not the pytest line behind it
+    command = cert["command"]
+    assert command.startswith("hscale conform --backend vendor_kernels:bf16_kernel "), command
+    assert "--profile faithful --allow fp32-scale-rounding" in command, command
+
+
+@pytest.mark.selftest
+@pytest.mark.clause("SUITE-ADAPTER-1")
+def test_under_exact_the_bf16_kernel_is_told_which_allowances_it_needs(selftest_runs):
+    run, cert = _certificate(selftest_runs, "vendor-bf16-exact", "vendor-bf16-kernel")
+    assert cert["verdict"] == "does not conform" and run.returncode == 1, summary(cert)
+    texts = " ".join(row.get("first_failure", "") for row in cert["clauses"].values())
+    for allowance in ("fp32-scale-rounding", "reciprocal-multiply"):
+        assert f"the allowance {allowance}" in texts or f"or {allowance}" in texts, (
+            f"no failure names {allowance}:\n{texts[:4000]}")
+
+
+@pytest.mark.selftest
+@pytest.mark.parametrize("slip", [pytest.param(name, marks=pytest.mark.clause(clause), id=name)
+                                  for name, (_, clause) in BF16_SLIPS.items()])
+def test_each_slip_of_the_bf16_kernel_does_not_conform_naming_its_clause(selftest_runs, slip):
+    backend_id, clause = BF16_SLIPS[slip]
+    run, cert = _certificate(selftest_runs, "vendor-bf16-slips", backend_id)
+    assert run.returncode == 1, run.output[-3000:]
+    assert cert["verdict"] == "does not conform", summary(cert)
+    assert clause in cert["verdicts"]["clauses_broken"], summary(cert)
+    assert cert["clauses"][clause]["status"] == "fail", cert["clauses"][clause]
