@@ -85,23 +85,17 @@ GPU_ONLY = (
 )
 
 
-def suite_directory() -> Path:
-    """The conformance suite's directory as installed (``hscale.conformance``)."""
-    import hscale.conformance
-    return Path(hscale.conformance.__file__).resolve().parent
-
-
 def run_suite(spec: str, profile: str, allowances=(), work: Path | None = None) -> dict:
     """The conformance report of one subprocess run, with its wall time: the installed suite,
     run from a scratch directory as a vendor runs it."""
     work = Path(work or tempfile.mkdtemp(prefix="hscale-interop-"))
     report = work / f"{profile}-{len(allowances)}.json"
-    cmd = [sys.executable, "-m", "pytest", str(suite_directory()), "-q", "-p",
-           "no:cacheprovider", "--self-tests", "off", "--backend", PREFIX + spec, "--profile",
-           profile, "--hypothesis-profile", "ci", "--conformance-report", str(report)]
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", "hscale.conformance", "-q", "-p",
+           "no:cacheprovider", "--backend", PREFIX + spec, "--profile",
+           profile, "--hypothesis-profile", "ci", "--certificate", str(report)]
     for allowance in allowances:
         cmd += ["--allow", allowance]
-    env = dict(os.environ, HSCALE_CONFORMANCE_CHILD="1", PYTHONWARNINGS="ignore")
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=3600)
     seconds = time.perf_counter() - start
@@ -109,7 +103,13 @@ def run_suite(spec: str, profile: str, allowances=(), work: Path | None = None) 
         raise RuntimeError(f"the suite wrote no report for {spec} ({profile}):\n"
                            f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
     data = json.loads(report.read_text())
+    contract = Counter()  # (clause, outcome) of every bad input that was not plainly rejected
+    for item in data["input_contract"]["items"]:
+        if item.get("judged", True) and item["outcome"] != "rejected":
+            contract[item["clause"], item["outcome"]] += 1
     return {"seconds": round(seconds, 1), "tests": data["tests"],
+            "verdicts": data["verdicts"], "input_contract": data["input_contract"]["counts"],
+            "input_departures": [[c, o, n] for (c, o), n in sorted(contract.items())],
             "clauses": {c: {k: v for k, v in row.items() if k != "failing" and v}
                         for c, row in data["clauses"].items()},
             "violations": {c: len(ids) for c, ids in data["violations"].items()},

@@ -11,6 +11,13 @@ def cell(entry: dict, clause: str) -> str:
     failure cites the clause (a test may cite several)."""
     from hscale.judge.findings import plural
     from hscale.judge.profiles import ALLOWANCES
+    if clause.startswith("NVFP4-IN-"):  # the input contract: reported, not a numerics verdict
+        if "input_departures" not in entry["exact"]:
+            return "contract: not recorded (a run before the certificate)"
+        departures = [(outcome, n) for c, outcome, n in entry["exact"]["input_departures"]
+                      if c == clause]
+        return "contract: " + (", ".join(f"{n} {outcome}" for outcome, n in departures)
+                               if departures else "every bad input rejected")
     ran = sum(entry["exact"]["clauses"].get(clause, {}).get(k, 0)
               for k in ("passed", "failed", "error"))
     cited = entry["exact"]["violations"].get(clause, 0)
@@ -82,7 +89,7 @@ def render(results: dict, results_name: str = "interop-results.json") -> str:
         "`global_scale_convention = \"reciprocal\"` if you store 6*448/amax). Raise any "
         "ValueError or TypeError for bad input. Declare `capabilities = frozenset({\"rtn\"})` "
         "unless you implement H-Scale's search.",
-        "2. `pytest conformance --backend mymodule:create --self-tests off` (the exact profile: "
+        "2. `hscale conform --backend mymodule:create` (the exact profile: "
         "bit-identical to the spec). "
         + (f"On this machine that took {min(e['exact']['seconds'] for e in measured):.0f} to "
            f"{max(e['exact']['seconds'] for e in measured):.0f} s for the libraries below."
@@ -95,29 +102,35 @@ def render(results: dict, results_name: str = "interop-results.json") -> str:
         "",
         "## Libraries",
         "",
-        "| library | adapter | version | calls | exact | allowances needed (faithful) | "
-        "still failing with them |",
-        "|---|---|---|---|---|---|---|",
+        "| library | adapter | version | calls | exact (numerics) | allowances needed (faithful) | "
+        "still failing with them | input contract (reported apart) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for e in entries:
         adapter = f"`{e['adapter'].replace(PREFIX, '')}`"
         if "exact" not in e:
             lines.append(f"| {e['label']} | {adapter} | {e['version']} | {e['calls']} | "
-                         f"not run: {e.get('not_run', '')} | | |")
+                         f"not run: {e.get('not_run', '')} | | | |")
             continue
         exact = e["exact"]["tests"]
         relaxed = e.get("faithful") or e.get("format")
         allowances = ("(format profile: own scale rule)" if e["profile"] == "format" else
                       ", ".join(f"`{a}`" for a in e.get("minimal_allowances", [])) or "none")
         still = ", ".join(f"{c} {n}" for c, n in sorted(relaxed["violations"].items())) or "nothing"
+        numerics = e["exact"].get("verdicts", {}).get("numerics")
+        contract = ", ".join(f"{n} {outcome}" for outcome, n in
+                             e["exact"].get("input_contract", {}).items()) or "not recorded"
         lines.append(f"| {e['label']} | {adapter} | {e['version']} | {e['calls']} | "
-                     f"{exact.get('failed', 0)} failed, {exact.get('passed', 0)} passed "
-                     f"({e['exact']['seconds']:.0f} s) | {allowances} | {still} |")
+                     + (f"{numerics}: " if numerics else "")
+                     + f"{exact.get('failed', 0)} failed, {exact.get('passed', 0)} passed "
+                     f"({e['exact']['seconds']:.0f} s) | {allowances} | {still} | {contract} |")
     lines += ["", "## Clause by clause", "",
               "Each cell: `pass` (no failure under exact cites the clause), the allowance "
               "that excuses it (groups and elements it forgave in the suite), **fail** (tests "
               "whose failure still cites it with every needed allowance), or n/a (no RTN test "
-              "of it).", ""]
+              "of it). The NVFP4-IN-* rows are the input contract (which bad inputs the library "
+              "refuses), reported apart from the numerics: `contract:` and what it did with the "
+              "bad inputs it did not plainly reject.", ""]
     header = "| clause | " + " | ".join(e["label"] for e in measured) + " |"
     lines += [header, "|---|" + "---|" * len(measured)]
     for clause in clause_ids():
