@@ -23,8 +23,8 @@ pytest.importorskip("transformers")
 from checkpoint_edits import quantized  # noqa: E402
 from hscale.check import check_checkpoint  # noqa: E402
 from hscale.checkpoints import CheckpointError, SafetensorsModel  # noqa: E402
-from hscale.checkpoints.gguf import from_blocks, to_blocks  # noqa: E402
 from hscale.checkpoints.to_gguf import convert_to_gguf  # noqa: E402
+from hscale.reference.gguf_blocks import from_gguf_blocks, to_gguf_blocks  # noqa: E402
 
 NVFP4 = gguf.GGMLQuantizationType.NVFP4
 HSCALE = [sys.executable, "-m", "hscale.cli"]
@@ -107,10 +107,10 @@ def test_a_hand_built_row_lands_where_ggml_reads_it():
     codes = np.arange(64, dtype=np.uint8) % 16
     packed = (codes[0::2] | (codes[1::2] << 4))[None, :]
     scale_bytes = np.array([[0x38, 0x39, 0x3A, 0x3B]], np.uint8)
-    block = to_blocks(packed, scale_bytes)
+    block = to_gguf_blocks(packed, scale_bytes)
     expected = [0x38, 0x39, 0x3A, 0x3B] + [(j | ((j + 8) << 4)) for s in range(4) for j in range(8)]
     assert block.tolist() == [expected]
-    back = from_blocks(block)
+    back = from_gguf_blocks(block)
     assert back[0].tolist() == packed.tolist() and back[1].tolist() == scale_bytes.tolist()
 
 
@@ -119,11 +119,11 @@ def test_random_blocks_decode_as_ggml_decodes_them():
     rng = np.random.default_rng(11)
     packed = rng.integers(0, 256, (40, 96), dtype=np.uint8)
     scale_bytes = rng.integers(0, 0x7F, (40, 12), dtype=np.uint8)  # 0x00..0x7E
-    raw = to_blocks(packed, scale_bytes)
+    raw = to_gguf_blocks(packed, scale_bytes)
     ours = decoded(packed, scale_bytes, 1.0)
     theirs = gguf.quants.dequantize(raw, NVFP4).astype(np.float64)
     np.testing.assert_array_equal(theirs, ours)  # equal in value: gguf reads code 0x8 as +0
-    assert [a.tolist() for a in from_blocks(raw)] == [packed.tolist(), scale_bytes.tolist()]
+    assert [a.tolist() for a in from_gguf_blocks(raw)] == [packed.tolist(), scale_bytes.tolist()]
 
 
 @pytest.mark.clause("NVFP4-GGUF-1", "NVFP4-GS-4", "NVFP4-CKPT-1", "NVFP4-CKPT-2")

@@ -7,7 +7,7 @@ One quantized Linear ``X`` of a GGUF file is two tensors:
   blocks of 36 bytes, four scale bytes (one per 16-element group, the same E4M3 bytes as
   NVFP4-PACK-2) then 32 code bytes; in the codes of group ``s`` of a block, byte ``j`` holds
   element ``16 s + j`` in its low nibble and element ``16 s + j + 8`` in its high nibble (not the
-  ``2i`` / ``2i+1`` pairs of NVFP4-PACK-1);
+  ``2i`` / ``2i+1`` pairs of NVFP4-PACK-1; ``hscale.reference.gguf_blocks``);
 * ``X.scale``, F32 of shape [1]: the multiplier ``s_g`` itself (NVFP4-GS-1), which llama.cpp
   multiplies into the matmul's output (a missing one reads as 1.0).
 
@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from hscale.reference import GROUP_SIZE
+from hscale.reference.gguf_blocks import from_gguf_blocks
 
 from .layouts import CheckpointFormat, Layout
 from .safetensors import CheckpointError, TensorInfo
@@ -35,10 +36,6 @@ from .safetensors import CheckpointError, TensorInfo
 MAGIC = b"GGUF"
 #: ggml's type number of NVFP4 (ggml.h ``GGML_TYPE_NVFP4``).
 NVFP4_TYPE = 40
-#: Weights per GGUF NVFP4 block, and the block's bytes: 4 scale bytes and 32 code bytes.
-BLOCK = 64
-BLOCK_BYTES = 36
-GROUPS_PER_BLOCK = BLOCK // GROUP_SIZE
 #: Where the writer records each tensor's Hugging Face module (two parallel string arrays).
 SOURCE_MODULES_KEY = "hscale.source.modules"
 SOURCE_TENSORS_KEY = "hscale.source.tensors"
@@ -78,40 +75,8 @@ def is_gguf_file(path) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
-# the block layout (NVFP4-GGUF-1)
+# the rows of llama's query and key projections
 # --------------------------------------------------------------------------------------------
-
-def to_blocks(packed: np.ndarray, scale_bytes: np.ndarray) -> np.ndarray:
-    """Packed codes (out, in/2) in NVFP4-PACK-1's order and scale bytes (out, in/16) as GGUF
-    NVFP4 rows: uint8 (out, in/64 * 36). Every byte and code is kept; only the order changes."""
-    rows, half = packed.shape
-    cols = 2 * half
-    if cols % BLOCK:
-        raise CheckpointError(f"in_features {cols} is not a multiple of {BLOCK}: a GGUF NVFP4 "
-                              "row is whole blocks of 64 weights (spec NVFP4-GGUF-1)")
-    codes = np.empty((rows, cols), np.uint8)
-    codes[:, 0::2] = packed & 0x0F  # NVFP4-PACK-1: element 2i low, 2i+1 high
-    codes[:, 1::2] = packed >> 4
-    groups = codes.reshape(rows, cols // BLOCK, GROUPS_PER_BLOCK, GROUP_SIZE)
-    half_group = GROUP_SIZE // 2
-    qs = groups[..., :half_group] | (groups[..., half_group:] << 4)  # element j low, j+8 high
-    d = np.asarray(scale_bytes, np.uint8).reshape(rows, cols // BLOCK, GROUPS_PER_BLOCK)
-    blocks = np.concatenate([d, qs.reshape(rows, cols // BLOCK, BLOCK // 2)], axis=2)
-    return np.ascontiguousarray(blocks.reshape(rows, cols // BLOCK * BLOCK_BYTES))
-
-
-def from_blocks(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """GGUF NVFP4 rows uint8 (out, in/64 * 36) -> (packed codes (out, in/2) in NVFP4-PACK-1's
-    order, scale bytes (out, in/16)): the inverse of ``to_blocks``."""
-    rows = raw.shape[0]
-    blocks = np.asarray(raw, np.uint8).reshape(rows, -1, BLOCK_BYTES)
-    n_blocks = blocks.shape[1]
-    scale_bytes = blocks[..., :GROUPS_PER_BLOCK].reshape(rows, n_blocks * GROUPS_PER_BLOCK)
-    qs = blocks[..., GROUPS_PER_BLOCK:].reshape(rows, n_blocks * GROUPS_PER_BLOCK, GROUP_SIZE // 2)
-    codes = np.concatenate([qs & 0x0F, qs >> 4], axis=2).reshape(rows, n_blocks * BLOCK)
-    packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
-    return np.ascontiguousarray(packed), np.ascontiguousarray(scale_bytes)
-
 
 def rope_permute(rows: np.ndarray, n_head: int) -> np.ndarray:
     """Hugging Face's rotate-half row order -> ggml's rope order (llama.cpp's
@@ -193,7 +158,7 @@ GGUF = GGUFLayout()
 class GGUFCheckpoint:
     """A GGUF file read as a checkpoint of Hugging Face-named tensors (what ``hscale check``
     reads of a ``SafetensorsModel``: ``directory``, ``info``, ``metadata``, ``names()``,
-    ``array(name)``). NVFP4 tensors are decoded from their blocks (``from_blocks``), the rope
+    ``array(name)``). NVFP4 tensors are decoded from their blocks (``from_gguf_blocks``), the rope
     permutation undone; F32, F16 and BF16 tensors are given as they are."""
 
     def __init__(self, path):
@@ -256,7 +221,7 @@ class GGUFCheckpoint:
                 data = data.view(np.uint16).view(ml_dtypes.bfloat16)
             data = data.reshape(info.shape)
         else:
-            packed, scale_bytes = from_blocks(data.reshape(info.shape[0], -1))
+            packed, scale_bytes = from_gguf_blocks(data.reshape(info.shape[0], -1))
             data = packed if role == "packed" else scale_bytes
         if heads is not None:
             data = rope_unpermute(data, heads)

@@ -2,7 +2,7 @@
 as a GGUF file llama.cpp runs (docs/spec.md NVFP4-GGUF-1, docs/checkpoints.md "GGUF NVFP4").
 
 * Every quantized Linear becomes an NVFP4 tensor holding exactly its codes and scale bytes,
-  reordered into ggml's blocks (``hscale.checkpoints.gguf.to_blocks``), and a ``.scale`` F32 [1]
+  reordered into ggml's blocks (``hscale.reference.gguf_blocks``), and a ``.scale`` F32 [1]
   holding the multiplier s_g the source means (for compressed-tensors ``fp32(1 / r)``,
   NVFP4-GS-4). llama.cpp computes ``fp32(e2m1 * ue4m3) * s_g`` in fp32: NVFP4-DEQ-1's value.
 * Every other tensor keeps its values bit for bit: 2-D ones their dtype (F32, F16, BF16),
@@ -37,9 +37,10 @@ import numpy as np
 
 from hscale.files import check_target, replacing
 
-from .gguf import (BLOCK, PREC_A4_KEY, PREC_NAMES_KEY, SOURCE_MODULES_KEY, SOURCE_TENSORS_KEY,
-                   GGUFCheckpoint, is_gguf_file, permuted_heads, require_gguf, rope_permute,
-                   to_blocks)
+from hscale.reference.gguf_blocks import BLOCK, BLOCK_BYTES, to_gguf_blocks
+
+from .gguf import (PREC_A4_KEY, PREC_NAMES_KEY, SOURCE_MODULES_KEY, SOURCE_TENSORS_KEY,
+                   GGUFCheckpoint, is_gguf_file, permuted_heads, require_gguf, rope_permute)
 from .safetensors import CheckpointError
 from .stored import open_checkpoint, read_stored_linear
 
@@ -297,12 +298,13 @@ def _quantized_entries(model, layout, module: str, gguf_name: str, heads, gguf) 
         packed, scale_bytes = current.packed, current.scale_bytes
         if heads is not None:
             packed, scale_bytes = rope_permute(packed, heads), rope_permute(scale_bytes, heads)
-        return to_blocks(packed, scale_bytes)
+        return to_gguf_blocks(packed, scale_bytes)
 
     scale_name = gguf_name.removesuffix(".weight") + ".scale"
     global_scale = np.array([stored.global_scale], np.float32)
     return [{"kind": "nvfp4", "hf": f"{module}.weight", "gguf": gguf_name,
-             "shape": (rows, cols // BLOCK * 36), "numpy": "uint8", "nbytes": rows * cols // BLOCK * 36,
+             "shape": (rows, cols // BLOCK * BLOCK_BYTES), "numpy": "uint8",
+             "nbytes": rows * cols // BLOCK * BLOCK_BYTES,
              "raw": gguf.GGMLQuantizationType.NVFP4, "data": blocks},
             {"kind": "scale", "hf": f"{module}.scale", "gguf": scale_name, "shape": (1,),
              "numpy": "float32", "nbytes": 4, "raw": None, "data": lambda: global_scale}]
