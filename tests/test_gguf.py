@@ -248,3 +248,11 @@ def test_the_command_line_says_one_line_and_exits_2(checkpoints, tmp_path):
     result = subprocess.run(HSCALE + ["check", target], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0 and "gguf NVFP4, 14 quantized Linears" in result.stdout
+    for cut in (5000, target.stat().st_size - 100000):  # in the metadata, in the tensors
+        truncated = tmp_path / f"cut-{cut}.gguf"
+        truncated.write_bytes(target.read_bytes()[:cut])
+        result = subprocess.run(HSCALE + ["check", truncated], capture_output=True, text=True,
+                                timeout=120)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert result.returncode == 2 and len(lines) == 1 \
+            and "not a readable GGUF file" in lines[0], result.stderr

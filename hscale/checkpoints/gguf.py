@@ -166,8 +166,9 @@ class GGUFCheckpoint:
         self.directory = Path(path)
         try:
             reader = gguf.GGUFReader(self.directory)
-        except (ValueError, OSError, KeyError) as exc:
-            raise CheckpointError(f"{path}: not a readable GGUF file ({exc})") from None
+        except Exception as exc:  # noqa: BLE001 - gguf's reader fails in many ways on bad bytes
+            raise CheckpointError(f"{path}: not a readable GGUF file (truncated or corrupt: "
+                                  f"{type(exc).__name__}: {exc})") from None
         self.fields = {key: _field_value(field) for key, field in reader.fields.items()}
         self.metadata: dict = {}
         self.info: dict[str, TensorInfo] = {}
