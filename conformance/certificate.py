@@ -38,6 +38,10 @@ JUDGED_ELSEWHERE = {
     "NVFP4-CKPT-1": "a checkpoint layout, judged on checkpoints by hscale check",
     "NVFP4-CKPT-2": "a checkpoint layout, judged on checkpoints by hscale check",
     "NVFP4-CKPT-3": "a checkpoint layout, judged on checkpoints by hscale check",
+    "NVFP4-GGUF-1": "a checkpoint layout (GGUF), judged on checkpoints by hscale check",
+    **{f"NVFP4-ACT-{k}": "the engines' run-time activation profile, not a weight quantizer's "
+                         "output (the reference's, tests/test_activation_quantization.py)"
+       for k in range(1, 5)},
 }
 
 

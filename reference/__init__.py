@@ -5,6 +5,8 @@ implements it. There are no device branches and no fast paths here; speed lives 
 ``hscale.backends``.
 """
 
+from .activations import (QuantizedActivations, dequantize_activations,
+                          fake_quantize_activations, quantize_activations)
 from .constants import (DEFAULT_D, DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U, E4M3_MAX,
                         FIRST_NORMAL_BYTE, FOUR_OVER_SIX_SCALE_CEILING, GROUP_SIZE,
                         LADDER_FIRST_BYTE, LADDER_LAST_BYTE)
@@ -24,7 +26,9 @@ from .zero_groups import ZERO_GROUP_BYTE, is_zero_group, zero_group_codes
 __all__ = [
     "DEFAULT_D", "DEFAULT_K", "DEFAULT_SCALE_CEILING", "DEFAULT_U", "E4M3_MAX",
     "FIRST_NORMAL_BYTE", "LADDER_FIRST_BYTE", "LADDER_LAST_BYTE", "E2M1_MAGNITUDES", "E2M1_MIDPOINTS", "E2M1_VALUES", "E4M3_VALUES",
-    "FOUR_OVER_SIX_SCALE_CEILING", "GROUP_SIZE", "LADDER", "Options", "QuantizedWeight",
+    "FOUR_OVER_SIX_SCALE_CEILING", "GROUP_SIZE", "LADDER", "Options", "QuantizedActivations",
+    "QuantizedWeight", "dequantize_activations", "fake_quantize_activations",
+    "quantize_activations",
     "Quantizer", "SCALE_BYTE_VALUES", "ZERO_GROUP_BYTE", "candidate_errors",
     "compute_global_scale", "decode_e2m1", "decode_e4m3", "dequantize", "effective_scale",
     "encode_e2m1", "encode_e4m3", "first_minimum", "four_over_six_choice", "gptq_quantize",

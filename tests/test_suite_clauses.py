@@ -122,6 +122,10 @@ SPEC_CONTENTS = {
     # 1.1: a caller's s_g stored as a reciprocal (NVFP4-GS-4's last paragraph)
     "1.1": {"clauses": set(SPEC_1_0_CLAUSES),
             "allowances": set(SPEC_1_0_ALLOWANCES) | {"supplied-reciprocal"}},
+    # 1.2: the engines' run-time activation profile (section 8) and GGUF NVFP4 (section 9)
+    "1.2": {"clauses": set(SPEC_1_0_CLAUSES) | {"NVFP4-ACT-1", "NVFP4-ACT-2", "NVFP4-ACT-3",
+                                                "NVFP4-ACT-4", "NVFP4-GGUF-1"},
+            "allowances": set(SPEC_1_0_ALLOWANCES) | {"supplied-reciprocal"}},
 }
 
 

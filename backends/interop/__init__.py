@@ -25,5 +25,7 @@ modelopt_nvfp4:create                  nvidia-modelopt ``NVFP4QTensor.quantize``
 fouroversix_nvfp4:create               fouroversix's PyTorch reference (static_6, 4over6)
 autoround_nvfp4:create                 AutoRound ``nv_fp4`` + ``QuantLinear.pack``
 fpquant_nvfp4:create                   FP-Quant ``forward_quantize`` (QuTLASS, CUDA only)
+ggml_nvfp4:create                      ggml's ``quantize_row_nvfp4_ref`` (llama.cpp, through
+                                       ctypes from llama-cpp-python; no global scale)
 =====================================  =======================================================
 """

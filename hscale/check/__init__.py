@@ -112,6 +112,8 @@ def _open_hessians(hessian, modules) -> SafetensorsModel:
 
 def _architecture(directory: Path):
     """({module: (out, in)} of every nn.Linear of the model's architecture, None) or (None, why)."""
+    if not directory.is_dir():
+        return None, "a GGUF file carries no config.json"
     try:
         from hscale.models.architecture import architecture_linears
         return architecture_linears(directory), ""

@@ -197,7 +197,10 @@ def _statistics(layer: LayerResult, packed, scale_bytes, global_scale) -> np.nda
 
 
 def fused_set_problems(layers: list, layout: Layout) -> list:
-    """Fused layers whose stored global scales differ (NVFP4-CKPT-3)."""
+    """Fused layers whose stored global scales differ (NVFP4-CKPT-3), for a layout whose
+    engines fuse them (GGUF keeps each its own tensor and .scale)."""
+    if not layout.one_scale_per_fused_set:
+        return []
     stored = {layer.module: layer.stored_global_scale for layer in layers}
     problems, seen = [], set()
     for layer in layers:

@@ -73,6 +73,8 @@ class Layout:
     stores_reciprocal: bool  # the global scale stored as r = fp32(1/s_g) (NVFP4-GS-4)
     config_file: str  # the file whose quantization config says "NVFP4"
     ignore_key: str  # its list of modules left unquantized
+    #: Engines fuse q/k/v and gate/up into one matmul with one global scale (NVFP4-CKPT-3).
+    one_scale_per_fused_set = True
 
     def __repr__(self) -> str:
         return f"<layout {self.name}>"

@@ -27,9 +27,12 @@ class StoredLinear:
 
 def open_checkpoint(directory) -> tuple[CheckpointFormat, SafetensorsModel, dict]:
     """(its format, its tensors, module -> {role: tensor name}) of an NVFP4 checkpoint
-    directory, or a CheckpointError naming what is missing: the directory, an NVFP4 config,
+    directory (or GGUF file), or a CheckpointError naming what is missing: the directory, an NVFP4 config,
     or any quantized Linear."""
     directory = Path(directory)
+    from .gguf import is_gguf_file, open_gguf
+    if is_gguf_file(directory):  # a GGUF file: the third layout (NVFP4-GGUF-1)
+        return open_gguf(directory)
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: no such directory")
     detected = detect_format(directory)

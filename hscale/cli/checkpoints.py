@@ -21,6 +21,14 @@ def _check(args) -> int:
 
 def _convert(args) -> int:
     from hscale.checkpoints.convert import convert_checkpoint, format_conversion
+    if args.to == "gguf":  # the third layout: a file llama.cpp runs
+        from hscale.checkpoints.to_gguf import convert_to_gguf, format_gguf_conversion
+        if args.requantize:
+            raise UsageError("--requantize: a GGUF file keeps each Linear's own global scale, "
+                             "so there is nothing to requantize")
+        print(format_gguf_conversion(convert_to_gguf(args.source, args.destination,
+                                                     force=args.force)))
+        return EXIT_OK
     report = convert_checkpoint(args.source, args.destination, to=args.to, force=args.force,
                                 requantize=args.requantize)
     print(format_conversion(report))
@@ -58,7 +66,8 @@ def add_parsers(commands) -> None:
                     "(docs/checkpoints.md).")
     convert.add_argument("source", metavar="SRC", help="the checkpoint to convert")
     convert.add_argument("destination", metavar="DST", help="the directory to write")
-    convert.add_argument("--to", required=True, choices=FORMATS, help="the layout to write")
+    convert.add_argument("--to", required=True, choices=FORMATS + ("gguf",),
+                         help="the layout to write (gguf: DST is a .gguf file llama.cpp runs)")
     convert.add_argument("--force", action="store_true", help="replace an existing DST")
     convert.add_argument("--requantize", action="store_true",
                          help="requantize, from their decoded weights, the layers that cannot "

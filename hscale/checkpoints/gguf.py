@@ -1,0 +1,274 @@
+"""GGUF NVFP4, the third checkpoint layout: llama.cpp's ``GGML_TYPE_NVFP4`` (docs/spec.md
+NVFP4-GGUF-1, docs/checkpoints.md "GGUF NVFP4").
+
+One quantized Linear ``X`` of a GGUF file is two tensors:
+
+* ``X.weight``, type NVFP4 (40): each row of ``n`` weights (``n`` a multiple of 64) is ``n/64``
+  blocks of 36 bytes, four scale bytes (one per 16-element group, the same E4M3 bytes as
+  NVFP4-PACK-2) then 32 code bytes; in the codes of group ``s`` of a block, byte ``j`` holds
+  element ``16 s + j`` in its low nibble and element ``16 s + j + 8`` in its high nibble (not the
+  ``2i`` / ``2i+1`` pairs of NVFP4-PACK-1; ``hscale.reference.gguf_blocks``);
+* ``X.scale``, F32 of shape [1]: the multiplier ``s_g`` itself (NVFP4-GS-1), which llama.cpp
+  multiplies into the matmul's output (a missing one reads as 1.0).
+
+GGUF names are llama.cpp's (``blk.0.attn_q``), and for the llama architecture the rows of the
+query and key projections are permuted into ggml's rope order. The reader here presents a GGUF
+file as the Hugging Face model sees it: every NVFP4 tensor as the three tensors of a quantized
+Linear (packed codes in NVFP4-PACK-1's order, scale bytes, the global scale) under the module's
+Hugging Face name, the permutation undone, so ``hscale check`` judges it as it judges the other
+layouts (and against ``--original``). ``hscale convert --to gguf`` (``hscale.checkpoints.to_gguf``)
+writes it. The ``gguf`` package is needed for both (the ``engines`` extra).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from hscale.reference import GROUP_SIZE
+from hscale.reference.gguf_blocks import from_gguf_blocks
+
+from .layouts import CheckpointFormat, Layout
+from .safetensors import CheckpointError, TensorInfo
+
+#: The four bytes a GGUF file starts with.
+MAGIC = b"GGUF"
+#: ggml's type number of NVFP4 (ggml.h ``GGML_TYPE_NVFP4``).
+NVFP4_TYPE = 40
+#: Where the writer records each tensor's Hugging Face module (two parallel string arrays).
+SOURCE_MODULES_KEY = "hscale.source.modules"
+SOURCE_TENSORS_KEY = "hscale.source.tensors"
+#: The keys that tell llama.cpp's CUDA backend to keep these weights' activations at 8 bits or
+#: more (llama-model.cpp reads them; without them Blackwell runs NVFP4 matmuls W4A4).
+PREC_NAMES_KEY = "general.tensor_extra.name"
+PREC_A4_KEY = "general.tensor_extra.prec_a4"
+
+#: llama.cpp architectures (its ``general.architecture``) whose graphs multiply every NVFP4
+#: matmul's output by the tensor's ``.scale`` (attention q/k/v/o, the FFN, the output head), as
+#: read in the llama.cpp that llama-cpp-python 0.3.36 vendors (src/models/llama.cpp:143, 170,
+#: 189-194, 240; src/models/qwen3.cpp:111, 128-130, 153). Other graphs, qwen2 and bert among
+#: them, load ``.scale`` but never apply it to the FFN, whose output is then 1/s_g too large.
+SCALE_APPLYING_ARCHITECTURES = ("llama", "qwen3")
+#: Architectures whose query and key rows are permuted into ggml's rope order
+#: (conversion/llama.py ``LlamaModel.permute``); for the others the row order is Hugging Face's.
+PERMUTED_ARCHITECTURES = ("llama",)
+
+
+def require_gguf():
+    """The ``gguf`` package, or a CheckpointError saying how to install it."""
+    try:
+        import gguf
+    except ImportError:
+        raise CheckpointError("GGUF needs the gguf package: pip install 'hscale-nvfp4[engines]' "
+                              "(or pip install gguf==0.19.0)") from None
+    return gguf
+
+
+def is_gguf_file(path) -> bool:
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            return path.is_file() and f.read(4) == MAGIC
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# the rows of llama's query and key projections
+# --------------------------------------------------------------------------------------------
+
+def rope_permute(rows: np.ndarray, n_head: int) -> np.ndarray:
+    """Hugging Face's rotate-half row order -> ggml's rope order (llama.cpp's
+    ``LlamaModel.permute``); whole rows move, so it applies to codes and scale bytes alike."""
+    return (rows.reshape(n_head, 2, rows.shape[0] // n_head // 2, *rows.shape[1:])
+            .swapaxes(1, 2).reshape(rows.shape))
+
+
+def rope_unpermute(rows: np.ndarray, n_head: int) -> np.ndarray:
+    """The inverse of ``rope_permute``."""
+    return (rows.reshape(n_head, rows.shape[0] // n_head // 2, 2, *rows.shape[1:])
+            .swapaxes(1, 2).reshape(rows.shape))
+
+
+def permuted_heads(architecture: str, gguf_name: str, fields: dict) -> int | None:
+    """The head count whose rope permutation a tensor's rows carry, or None."""
+    if architecture not in PERMUTED_ARCHITECTURES:
+        return None
+    if gguf_name.endswith(".attn_q.weight"):
+        return int(fields[f"{architecture}.attention.head_count"])
+    if gguf_name.endswith(".attn_k.weight"):
+        key = f"{architecture}.attention.head_count_kv"
+        return int(fields.get(key, fields[f"{architecture}.attention.head_count"]))
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# the layout, for hscale check
+# --------------------------------------------------------------------------------------------
+
+class GGUFLayout(Layout):
+    """GGUF as ``hscale check`` sees it through ``GGUFCheckpoint``: the virtual tensors
+    ``X.weight`` (packed), ``X.weight_scale`` (scale bytes) and ``X.scale`` (s_g)."""
+
+    name = "gguf"
+    clause = "NVFP4-GGUF-1"
+    suffixes = {"packed": ".weight", "scale": ".weight_scale", "global": ".scale"}
+    global_shape = (1,)
+    stores_reciprocal = False
+    config_file = "the GGUF file's metadata"
+    ignore_key = "unquantized"
+    #: llama.cpp keeps q, k, v (and gate, up) as separate tensors, each with its own .scale.
+    one_scale_per_fused_set = False
+
+    def detect(self, directory, config):
+        return None  # a GGUF file is recognised by its magic, not by a config
+
+    def config_findings(self, detected, model):
+        problems, notes = [], []
+        architecture = model.fields.get("general.architecture")
+        if architecture not in SCALE_APPLYING_ARCHITECTURES:
+            problems.append(
+                f"general.architecture {architecture!r}: llama.cpp's graph for it does not "
+                "multiply every NVFP4 matmul by the tensor's .scale (only "
+                f"{', '.join(SCALE_APPLYING_ARCHITECTURES)} are known to), so weights come out "
+                "1/s_g too large")
+        tagged = set(model.fields.get(PREC_NAMES_KEY) or [])
+        untagged = [n for n in model.nvfp4_tensors if n not in tagged]
+        if untagged:
+            notes.append(f"{len(untagged)} NVFP4 tensors (first {untagged[0]}) are not tagged "
+                         f"{PREC_A4_KEY} = false: llama.cpp's CUDA backend on Blackwell runs "
+                         "them with 4-bit activations (on the CPU, activations are Q8_0 anyway)")
+        notes += model.notes
+        return problems, notes
+
+    def quantizes_more_than_weights(self, detected):
+        return None
+
+    def _written_by_convert(self, *_):
+        raise CheckpointError("a GGUF file is written by hscale convert --to gguf only")
+
+    config = take_original = converted_from = restore = place_config = ignore_entries = \
+        _written_by_convert
+
+
+GGUF = GGUFLayout()
+
+
+class GGUFCheckpoint:
+    """A GGUF file read as a checkpoint of Hugging Face-named tensors (what ``hscale check``
+    reads of a ``SafetensorsModel``: ``directory``, ``info``, ``metadata``, ``names()``,
+    ``array(name)``). NVFP4 tensors are decoded from their blocks (``from_gguf_blocks``), the rope
+    permutation undone; F32, F16 and BF16 tensors are given as they are."""
+
+    def __init__(self, path):
+        gguf = require_gguf()
+        self.directory = Path(path)
+        try:
+            reader = gguf.GGUFReader(self.directory)
+        except Exception as exc:  # noqa: BLE001 - gguf's reader fails in many ways on bad bytes
+            raise CheckpointError(f"{path}: not a readable GGUF file (truncated or corrupt: "
+                                  f"{type(exc).__name__}: {exc})") from None
+        self.fields = {key: _field_value(field) for key, field in reader.fields.items()}
+        self.metadata: dict = {}
+        self.info: dict[str, TensorInfo] = {}
+        self.nvfp4_tensors: list[str] = []
+        self.notes: list[str] = []
+        self._sources: dict = {}  # name -> (reader tensor, role, heads)
+        architecture = str(self.fields.get("general.architecture", ""))
+        hf_names = _hf_names(gguf, self.fields, reader)
+        plain = {"F32": gguf.GGMLQuantizationType.F32, "F16": gguf.GGMLQuantizationType.F16,
+                 "BF16": gguf.GGMLQuantizationType.BF16}
+        skipped = []
+        for tensor in reader.tensors:
+            name = tensor.name
+            shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))  # ggml ne is reversed
+            heads = permuted_heads(architecture, name, self.fields)
+            if int(tensor.tensor_type) == NVFP4_TYPE:
+                module = hf_names.get(name, name).removesuffix(".weight")
+                self.nvfp4_tensors.append(name)
+                rows, cols = shape[0], shape[-1]
+                self._add(f"{module}.weight", "U8", (rows, cols // 2), tensor, "packed", heads)
+                self._add(f"{module}.weight_scale", "F8_E4M3", (rows, cols // GROUP_SIZE),
+                          tensor, "scale", heads)
+            elif name.endswith(".scale") and tensor.tensor_type == plain["F32"]:
+                weight = name.removesuffix(".scale") + ".weight"
+                module = hf_names.get(weight, weight).removesuffix(".weight")
+                self._add(f"{module}.scale", "F32", shape, tensor, "plain", None)
+            else:
+                dtype = next((k for k, v in plain.items() if tensor.tensor_type == v), None)
+                if dtype is None:
+                    skipped.append(f"{name} ({tensor.tensor_type.name})")
+                    continue
+                self._add(hf_names.get(name, name), dtype, shape, tensor, "plain", heads)
+        if skipped:
+            self.notes.append(f"{len(skipped)} tensors of other ggml types are not checked "
+                              f"(first {skipped[0]})")
+
+    def _add(self, name, dtype, shape, tensor, role, heads):
+        self.info[name] = TensorInfo(name, dtype, shape)
+        self._sources[name] = (tensor, role, heads)
+
+    def names(self) -> list[str]:
+        return list(self.info)
+
+    def array(self, name: str) -> np.ndarray:
+        tensor, role, heads = self._sources[name]
+        data = np.asarray(tensor.data)
+        info = self.info[name]
+        if role == "plain":
+            if info.dtype == "BF16":
+                import ml_dtypes
+                data = data.view(np.uint16).view(ml_dtypes.bfloat16)
+            data = data.reshape(info.shape)
+        else:
+            packed, scale_bytes = from_gguf_blocks(data.reshape(info.shape[0], -1))
+            data = packed if role == "packed" else scale_bytes
+        if heads is not None:
+            data = rope_unpermute(data, heads)
+        return np.ascontiguousarray(data)
+
+
+def open_gguf(path) -> tuple[CheckpointFormat, GGUFCheckpoint, dict]:
+    """(its format, its tensors, module -> {role: tensor name}) of a GGUF file, as
+    ``hscale.checkpoints.open_checkpoint`` gives them for a directory."""
+    model = GGUFCheckpoint(path)
+    modules = GGUF.module_tensors(model)
+    if not modules:
+        raise CheckpointError(f"{path}: a GGUF file with no NVFP4 tensor (type {NVFP4_TYPE}) "
+                              "and no .scale tensor: not an NVFP4 checkpoint")
+    return CheckpointFormat(GGUF, [], dict(model.fields), Path(path).name), model, modules
+
+
+def _field_value(field):
+    """A GGUF metadata value as Python: a string, a number, or a list of either."""
+    try:
+        value = field.contents()
+    except Exception:  # noqa: BLE001 - a value type the reader does not decode: keep its name
+        return f"<{field.types}>"
+    return value
+
+
+def _hf_names(gguf, fields: dict, reader) -> dict:
+    """GGUF tensor name -> the Hugging Face name it was converted from: as this project's
+    writer recorded it, else from gguf's tensor name map (the ``model.``-prefixed name of the
+    architecture's Hugging Face layout), else none (the GGUF name is kept)."""
+    recorded = dict(zip(fields.get(SOURCE_TENSORS_KEY) or [], fields.get(SOURCE_MODULES_KEY) or []))
+    if recorded:
+        return recorded
+    architecture = fields.get("general.architecture")
+    arch = next((a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == architecture), None)
+    if arch is None:
+        return {}
+    blocks = int(fields.get(f"{architecture}.block_count", 0) or 0)
+    name_map = gguf.get_tensor_name_map(arch, blocks)
+    reverse: dict = {}
+    for hf, (_, gguf_name) in name_map.mapping.items():
+        if hf.startswith(("model.", "lm_head")):
+            reverse.setdefault(gguf_name, hf)
+    out = {}
+    for tensor in reader.tensors:
+        base, dot, suffix = tensor.name.rpartition(".")
+        if base in reverse:
+            out[tensor.name] = f"{reverse[base]}{dot}{suffix}"
+    return out
