@@ -43,8 +43,11 @@ from hscale.judge.independent import nearest_reciprocal_read_back
 from hscale.judge.profiles import EXACT
 from hscale.reference import QuantizedWeight
 
-#: Modules whose backends speak this project's error messages (NVFP4-IN-*).
+#: Modules whose backends speak this project's error messages (NVFP4-IN-*): the built-in
+#: backends and the mutants, not the adapters of real libraries (hscale.backends.interop), which
+#: are judged as any third party is.
 OWN_BACKEND_MODULES = ("hscale.backends.", "hscale.conformance.mutants", "conformance.mutants")
+THIRD_PARTY_MODULES = ("hscale.backends.interop.",)
 
 
 @dataclass
@@ -66,7 +69,8 @@ def is_reference_backend(backend) -> bool:
 
 
 def is_own_backend(backend) -> bool:
-    return type(backend).__module__.startswith(OWN_BACKEND_MODULES)
+    module = type(backend).__module__
+    return module.startswith(OWN_BACKEND_MODULES) and not module.startswith(THIRD_PARTY_MODULES)
 
 
 class Checker:

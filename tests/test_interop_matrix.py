@@ -63,3 +63,25 @@ def test_an_unknown_adapter_is_one_line_and_exit_2(tmp_path):
     assert run.returncode == 2
     assert run.stderr.count("\n") == 1 and "no adapter 'nope'" in run.stderr
     assert not results.exists() and not docs.exists()
+
+
+def test_real_library_adapters_are_judged_as_third_parties():
+    """The adapters of real libraries live in hscale.backends.interop, but a library never
+    cites this kit's clause IDs: its rejections are judged as any vendor's (the input contract
+    recorded apart, no wording required), unlike the built-in backends and the mutants."""
+    from hscale.backends import get
+    from hscale.conformance.checker import is_own_backend
+    assert is_own_backend(get("numpy")) and is_own_backend(negative_zero())
+    for module in ("torchao_nvfp4", "compressed_tensors_nvfp4", "modelopt_nvfp4"):
+        adapter = get(f"hscale.backends.interop.{module}:create")
+        assert not is_own_backend(adapter), module
+
+
+def test_the_adapters_ceiling_helper_leaves_a_non_finite_weight_to_the_library():
+    import numpy as np
+    from hscale.backends.interop.common import ceiling_global_scale
+    weight = np.ones((1, 16), np.float32)
+    weight[0, 3] = np.inf
+    assert ceiling_global_scale(weight, 256.0, None) is None  # the library sees the bad input
+    weight[0, 3] = 1.0
+    assert ceiling_global_scale(weight, 256.0, None) == np.float32(1.0 / (6 * 256))
