@@ -21,6 +21,9 @@ HSCALE_ROW = "H-Scale (hscale.reference, U = 6, K = 16)"
 BASELINE_ROW = "min-max (RTN: the spec's max-abs byte), the baseline"
 
 
+BLOCK_ROW = "block-Hessian H-Scale (hscale.reference, hscale-block, U = 6, K = 16)"
+
+
 # (name, adapter module, factory, library, init); each run on every Linear with the same s_g,
 # as rtn from the init that selects its scale rule (fouroversix's 4-or-6 choice is its 4over6).
 COMPETITORS = (
@@ -91,7 +94,7 @@ def head_to_head(model, progress=True, skip=()) -> dict:
     import importlib
     from hscale.calibration import heldout_texts
     from hscale.evaluation.embeddings import EmbeddingProbe
-    from hscale.reference import quantize
+    from hscale.reference import diagonal_blocks, quantize
     scales = pipelines.global_scales(model, DEFAULT_SCALE_CEILING)
     base = {}
     for module, weight in model.weights.items():
@@ -125,6 +128,9 @@ def head_to_head(model, progress=True, skip=()) -> dict:
     rows = {HSCALE_ROW: measure(
         lambda m, w: quantize(w, np.diag(model.G[m]).copy(), global_scale=scales[m])
         .dequantize()),
+        BLOCK_ROW: measure(
+        lambda m, w: quantize(w, diagonal_blocks(model.G[m]), method="hscale-block",
+                              global_scale=scales[m]).dequantize()),
         BASELINE_ROW: measure(
         lambda m, w: quantize(w, method="rtn", global_scale=scales[m]).dequantize())}
     def competitor_row(library, prepare) -> dict:
