@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from hscale.judge.cases import Case
+from hscale.judge.profiles import EXACT
 
 GROUP = 16
 MAGNITUDES = [Fraction(m) for m in ("0", "1/2", "1", "3/2", "2", "3", "4", "6")]
@@ -84,8 +85,9 @@ def test_block_choice_equals_an_exact_brute_force(checker, seed):
     case = Case(weight, blocks, method="hscale-block", global_scale=1.0,
                 title=f"block Hessian, exact data, seed {seed}")
     result = checker.check(case)
-    checker.expect("HSCALE-BLOCK-1", "scale bytes (exact brute force)", want,
-                   np.asarray(result.scale_bytes), case)
+    if checker.profile == EXACT:  # faithful: the certificate decides (its allowances)
+        checker.expect("HSCALE-BLOCK-1", "scale bytes (exact brute force)", want,
+                       np.asarray(result.scale_bytes), case)
 
 
 @pytest.mark.clause("HSCALE-BLOCK-1")
@@ -99,7 +101,7 @@ def test_diagonal_blocks_choose_what_hscale_chooses(checker):
     blocks[:, np.arange(GROUP), np.arange(GROUP)] = h.reshape(4, GROUP)
     block = checker.check(Case(weight, blocks, method="hscale-block", title="diagonal blocks"))
     plain = checker.check(Case(weight, h, method="hscale", title="the same h, hscale"))
-    for name in ("scale_bytes", "codes"):
+    for name in ("scale_bytes", "codes") if checker.profile == EXACT else ():
         checker.expect("HSCALE-BLOCK-1", name, np.asarray(getattr(plain, name)),
                        np.asarray(getattr(block, name)))
 
@@ -127,7 +129,9 @@ def test_nan_objective_counts_as_infinity(checker):
     # exact brute force (which never sees an overflow) picks the same byte.
     want = brute_force_bytes(weight, blocks, [[0x38]])
     assert want[0, 0] == 0x3A
-    checker.expect("HSCALE-BLOCK-1", "scale byte", want, np.asarray(result.scale_bytes), case)
+    if checker.profile == EXACT:
+        checker.expect("HSCALE-BLOCK-1", "scale byte", want, np.asarray(result.scale_bytes),
+                       case)
 
 
 @pytest.mark.clause("NVFP4-IN-6")
