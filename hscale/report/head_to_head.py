@@ -65,12 +65,24 @@ def autoround_opt_rtn(weight, s_g, h=None) -> np.ndarray:
     return qdq.numpy().astype(np.float64)
 
 
+def llmcompressor_imatrix(weight, s_g, h) -> np.ndarray:
+    """llm-compressor's ``imatrix_mse`` observer through the adapter, its importance h =
+    diag(X^T X) of the calibration text gathered by the observer's own hook
+    (``llmcompressor_nvfp4.create_imatrix_mse``); returns its dequantized weight."""
+    from hscale.backends.interop.llmcompressor_nvfp4 import create_imatrix_mse
+    adapter = create_imatrix_mse(h)
+    return library_dequantized(adapter, adapter.quantize(weight, None, method="rtn",
+                                                         global_scale=s_g))
+
+
 # (name, library, function(weight, s_g, h) -> dequantized): library functions called directly
 FUNCTIONS = (
     ("AutoRound opt_rtn_nv_fp4, importance matrix = diag(X^T X)", "auto_round",
      lambda w, s_g, h: autoround_opt_rtn(w, s_g, h)),
     ("AutoRound opt_rtn_nv_fp4, no importance matrix (weight MSE)", "auto_round",
      lambda w, s_g, h: autoround_opt_rtn(w, s_g, None)),
+    ("llm-compressor imatrix_mse observer, importance = diag(X^T X)", "llmcompressor",
+     lambda w, s_g, h: llmcompressor_imatrix(w, s_g, h)),
 )
 
 
