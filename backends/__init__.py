@@ -5,7 +5,7 @@ A backend is any object with
 - ``name``: str, how reports call it;
 - ``version``: str, of the backend and the library it runs on;
 - ``capabilities``: a frozenset drawn from ``CAPABILITIES`` (what it implements: methods
-  ``"rtn"``, ``"scale-only"``, ``"hscale"`` and the init ``"4over6"``; ``"maxabs"`` init is
+  ``"rtn"``, ``"scale-only"``, ``"hscale"``, ``"hscale-block"`` and the init ``"4over6"``; ``"maxabs"`` init is
   required of everyone);
 - ``available()``: ``(True, "")`` or ``(False, reason)``; a backend that cannot run here (no
   CUDA device, library not installed) says why, and the conformance suite skips with that reason;
@@ -35,7 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from hscale.reference.constants import DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U
 
-CAPABILITIES = frozenset({"rtn", "scale-only", "hscale", "4over6"})
+CAPABILITIES = frozenset({"rtn", "scale-only", "hscale", "hscale-block", "4over6"})
 
 # name -> "module:factory", imported lazily so that a missing torch or cupy never breaks
 # `import hscale.backends`.

@@ -358,7 +358,7 @@ class CupyBackend:
     """H-Scale NVFP4 quantization with one fused CUDA kernel (cuda device 0)."""
 
     name = "cupy"
-    capabilities = CAPABILITIES
+    capabilities = CAPABILITIES - {"hscale-block"}  # HSCALE-BLOCK-1 is not in the kernel
 
     def __init__(self):
         self._runtime = None
@@ -695,7 +695,7 @@ class HostHarnessBackend:
     (``pytest conformance --backend hscale.backends.cupy_backend:create_host_harness``)."""
 
     name = "cupy-host-harness"
-    capabilities = CAPABILITIES
+    capabilities = CAPABILITIES - {"hscale-block"}  # HSCALE-BLOCK-1 is not in the kernel
 
     @property
     def version(self) -> str:

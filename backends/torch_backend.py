@@ -31,7 +31,7 @@ import numpy as np
 
 from hscale import __version__
 from hscale.backends import CAPABILITIES
-from hscale.reference import SCALE_BYTE_VALUES, Quantizer, compute_global_scale
+from hscale.reference import E2M1_VALUES, SCALE_BYTE_VALUES, Quantizer, compute_global_scale
 from hscale.reference.objective import UNIT_WEIGHTS
 
 from . import torch_kernels as kernels
@@ -219,6 +219,16 @@ class TorchQuantizer(Quantizer):
         else:
             codes = kernels.eager_encode(torch, w, s, self._buffers())
         return codes.to(torch.uint8).cpu().numpy().reshape(np.shape(groups))
+
+    def block_objective(self, groups, blocks, codes, scale) -> np.ndarray:
+        """HSCALE-BLOCK-1 in torch (``torch_kernels.block_objectives``), bit-identical to the
+        reference's ``block_error``."""
+        torch = self.torch
+        w = torch.from_numpy(np.asarray(groups, dtype=np.float64)).to(self.device)
+        values = torch.from_numpy(E2M1_VALUES[np.asarray(codes).astype(np.intp)]).to(self.device)
+        s = torch.from_numpy(np.asarray(scale, dtype=np.float64)).to(self.device)
+        b = torch.from_numpy(np.ascontiguousarray(blocks, dtype=np.float64)).to(self.device)
+        return kernels.block_objectives(torch, w, values, s, b).cpu().numpy()
 
     # -- helpers -------------------------------------------------------------------------------
     def _objectives(self, w, groups, scale, h_t):

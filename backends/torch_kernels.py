@@ -223,3 +223,19 @@ def objective_probe(torch, args):
 def encode_probe(torch, args):
     w, scale = args
     return probe_groups(torch, w, w.shape[0])
+
+
+def block_objectives(torch, w, values, scale, blocks):
+    """``E = dw^T B dw`` (HSCALE-BLOCK-1) of groups ``w`` (..., 16) float64 with code values
+    ``values`` (..., 16) at effective scales ``scale`` (...), blocks (..., 16, 16) broadcast
+    against them: the reference's order of operations as elementwise IEEE float64 ops (no
+    matmul, whose summation order is not specified), so the bits are the reference's."""
+    d = w - values * scale.unsqueeze(-1)  # HSCALE-OBJ-1: p_j exact, one rounding
+    level = blocks * d.unsqueeze(-2)  # a_jk = B_jk d_k
+    while level.shape[-1] > 1:  # t_j: adjacent pairs over k
+        level = level[..., 0::2] + level[..., 1::2]
+    level = d * level[..., 0]  # e_j = d_j t_j
+    while level.shape[-1] > 1:  # E: adjacent pairs over j
+        level = level[..., 0::2] + level[..., 1::2]
+    total = level[..., 0]
+    return torch.where(torch.isnan(total), torch.full_like(total, float("inf")), total)

@@ -24,7 +24,8 @@ from hscale.vectors import LEVEL0_DIR, load_vectors
 
 LEVEL0 = load_vectors(LEVEL0_DIR)
 #: Clauses whose bad inputs need a search to be read at all.
-SEARCH_ARGUMENTS = {"NVFP4-IN-2": "hscale", "NVFP4-IN-3": "scale-only"}
+SEARCH_ARGUMENTS = {"NVFP4-IN-2": "hscale", "NVFP4-IN-3": "scale-only",
+                    "NVFP4-IN-6": "hscale-block"}
 
 
 def _param(case_id):
@@ -102,7 +103,10 @@ def repaired(case):
         weight = np.nan_to_num(weight.astype(np.float64), nan=0.0, posinf=1.0, neginf=-1.0)
         given = np.asarray(case.weight).dtype
         weight = weight.astype(given if is_weight_dtype(given) else np.float32)
-    if h is not None or clause == "NVFP4-IN-2":
+    if case.method == "hscale-block":  # NVFP4-IN-6: the (n/16, 16, 16) blocks
+        if clause == "NVFP4-IN-6" or np.shape(h) != (weight.shape[1] // GROUP_SIZE, 16, 16):
+            h = np.broadcast_to(np.eye(GROUP_SIZE), (weight.shape[1] // GROUP_SIZE, 16, 16))
+    elif h is not None or clause == "NVFP4-IN-2":
         if clause == "NVFP4-IN-2" or np.shape(h) != (weight.shape[1],):
             h = np.ones(weight.shape[1])
     if clause == "NVFP4-IN-3":

@@ -16,7 +16,7 @@ from .e4m3 import E4M3_VALUES, LADDER, SCALE_BYTE_VALUES, decode_e4m3, encode_e4
 from .global_scale import compute_global_scale
 from .gptq import gptq_quantize
 from .initial_scale import four_over_six_choice, maxabs_byte, range_fitting_byte
-from .objective import pairwise_sum, weighted_error
+from .objective import block_error, diagonal_blocks, pairwise_sum, weighted_error
 from .packing import pack_codes, swizzle_scale_bytes, unpack_codes, unswizzle_scale_bytes
 from .quantize import Options, QuantizedWeight, Quantizer, quantize
 from .search import candidate_errors, first_minimum, priority_order, reported_delta
@@ -29,8 +29,8 @@ __all__ = [
     "FOUR_OVER_SIX_SCALE_CEILING", "GROUP_SIZE", "LADDER", "Options", "QuantizedActivations",
     "QuantizedWeight", "dequantize_activations", "fake_quantize_activations",
     "quantize_activations",
-    "Quantizer", "SCALE_BYTE_VALUES", "ZERO_GROUP_BYTE", "candidate_errors",
-    "compute_global_scale", "decode_e2m1", "decode_e4m3", "dequantize", "effective_scale",
+    "Quantizer", "SCALE_BYTE_VALUES", "ZERO_GROUP_BYTE", "block_error", "candidate_errors",
+    "compute_global_scale", "decode_e2m1", "decode_e4m3", "dequantize", "diagonal_blocks", "effective_scale",
     "encode_e2m1", "encode_e4m3", "first_minimum", "four_over_six_choice", "gptq_quantize",
     "is_zero_group", "maxabs_byte", "pack_codes", "pairwise_sum", "priority_order", "quantize",
     "range_fitting_byte", "reported_delta", "swizzle_scale_bytes", "unpack_codes",

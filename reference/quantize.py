@@ -11,6 +11,7 @@ beside it:
     window_table      HSCALE-WIN-1 and the priority order    window.py, search.py
     encode            NVFP4-E2M1-2, NVFP4-E2M1-3             e2m1.py
     objective         HSCALE-OBJ-1                           objective.py
+    block_objective   HSCALE-BLOCK-1 (method hscale-block)   objective.py
     search            HSCALE-ARGMIN-1 over the window        search.py
     select_bytes      HSCALE-METHOD-1, NVFP4-ZERO-1          zero_groups.py
     encode_at         codes at the chosen bytes              e2m1.py, zero_groups.py
@@ -34,7 +35,7 @@ from .constants import (DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U, GROUP_SIZE,
                         LADDER_FIRST_BYTE, LADDER_LAST_BYTE)
 from .global_scale import compute_global_scale
 from .initial_scale import FOUR_OVER_SIX_TOPS, TOP_MAGNITUDE, four_over_six_choice, range_fitting_byte
-from .objective import UNIT_WEIGHTS, weighted_error
+from .objective import UNIT_WEIGHTS, block_error, weighted_error
 from .packing import pack_codes, swizzle_scale_bytes
 from .search import first_minimum, priority_order, reported_delta
 from .window import window_bytes
@@ -154,7 +155,12 @@ class Quantizer:
             r0, r1, i0, i1 = block
             cols_ = slice(GROUP_SIZE * i0, GROUP_SIZE * i1)
             groups = self.load_groups(weight[r0:r1, cols_])
-            group_h = None if h is None else h[cols_].reshape(-1, GROUP_SIZE)
+            if h is None:
+                group_h = None
+            elif options.method == "hscale-block":
+                group_h = h[i0:i1]  # HSCALE-BLOCK-1: B[i] of each group column (i1-i0, 16, 16)
+            else:
+                group_h = h[cols_].reshape(-1, GROUP_SIZE)
             block_initial, block_chosen = self.select_bytes(groups, group_h, s_g, options, context)
             codes[r0:r1, cols_] = self.encode_at(groups, block_chosen, s_g).reshape(r1 - r0, -1)
             chosen[r0:r1, i0:i1] = block_chosen
@@ -166,8 +172,9 @@ class Quantizer:
                                           scale_ceiling=options.scale_ceiling)
 
     def validate(self, weight, hessian_diag, method, init, K, U, scale_ceiling, global_scale):
-        """``(weight, h, options, caller's s_g or None)``, each checked (NVFP4-IN-1 .. -5): h as
-        float64 (n,) for hscale, None for the methods that do not read it (HSCALE-METHOD-1)."""
+        """``(weight, h, options, caller's s_g or None)``, each checked (NVFP4-IN-1 .. -6): h as
+        float64 (n,) for hscale, the blocks (n/16, 16, 16) for hscale-block, None for the
+        methods that do not read it (HSCALE-METHOD-1)."""
         weight, method, init, K, U, scale_ceiling = check_arguments(weight, method, init, K, U,
                                                                     scale_ceiling)
         h = validation.check_method_hessian(hessian_diag, method, weight.shape[1])
@@ -206,10 +213,13 @@ class Quantizer:
         searches with h = 1, hscale with h (HSCALE-METHOD-1)."""
         amax = self.group_maxima(groups)
         zero = is_zero_group(amax)  # NVFP4-ZERO-1
-        live_groups, live_h, live_amax = _live(~zero, groups, h, amax)
+        live_groups, live_h, live_amax = _live(~zero, groups, h, amax,
+                                               block=options.method == "hscale-block")
         live_initial = self.initial_bytes(live_groups, live_amax, s_g, options.init)
         if options.method == "rtn":
             live_chosen = live_initial  # HSCALE-METHOD-1: no search
+        elif options.method == "hscale-block":  # HSCALE-METHOD-1, HSCALE-BLOCK-1
+            live_chosen = self.block_search(live_groups, live_h, live_initial, s_g, context)
         else:
             weights = UNIT_WEIGHTS if options.method == "scale-only" else live_h  # HSCALE-METHOD-1
             live_chosen = self.search(live_groups, weights, live_initial, s_g, context)
@@ -250,6 +260,22 @@ class Quantizer:
         best = first_minimum(errors)  # HSCALE-ARGMIN-1
         return np.take_along_axis(window, best[..., None], axis=-1)[..., 0]
 
+    def block_search(self, groups, blocks, initial, s_g, context: dict) -> np.ndarray:
+        """The search of ``search`` (same window, same first minimum) scored by the
+        block-Hessian objective (HSCALE-BLOCK-1); ``blocks`` (..., 16, 16)."""
+        window = context["window"][initial]  # HSCALE-WIN-1, in priority order
+        errors = np.empty(window.shape, dtype=np.float64)
+        for k in range(window.shape[-1]):
+            scale = effective_scale(window[..., k], s_g)  # NVFP4-DEQ-1
+            codes = self.encode(groups, scale[..., None])  # NVFP4-E2M1-2
+            errors[..., k] = self.block_objective(groups, blocks, codes, scale)
+        best = first_minimum(errors)  # HSCALE-ARGMIN-1
+        return np.take_along_axis(window, best[..., None], axis=-1)[..., 0]
+
+    def block_objective(self, groups, blocks, codes, scale) -> np.ndarray:
+        """``E = dw^T B dw`` of each group, as HSCALE-BLOCK-1 evaluates it."""
+        return block_error(np.asarray(groups, dtype=np.float64), blocks, codes, scale)
+
     def candidate_objectives(self, groups, h, candidates, s_g) -> np.ndarray:
         """The objective (..., k) of each group at each of its candidate bytes (..., k): the
         codes by ``encode`` at the candidate's scale, scored by ``objective``."""
@@ -281,13 +307,14 @@ class Quantizer:
         return codes
 
 
-def _live(live, groups, h=None, amax=None):
+def _live(live, groups, h=None, amax=None, block=False):
     """``(groups, h, amax)`` of the groups selected by ``live``: the arrays themselves when
-    every group is live (no copy), else the live ones, (L, 16) and (L,)."""
+    every group is live (no copy), else the live ones, (L, 16) and (L,); ``block``: h holds a
+    16 x 16 block per group column (L, 16, 16)."""
     if live.all():
         return groups, h, amax
     if h is not None:
-        h = np.broadcast_to(h, np.shape(groups))[live]
+        h = np.broadcast_to(h, np.shape(groups)[:-1] + np.shape(h)[-2 if block else -1:])[live]
     return np.asarray(groups)[live], h, None if amax is None else amax[live]
 
 
@@ -300,7 +327,9 @@ def quantize(weight, hessian_diag=None, *, method="hscale", init="maxabs", K=DEF
 
     method: ``"rtn"`` keeps the initial byte (ignores K, U and the Hessian); ``"scale-only"``
     searches the window with h = 1 (ignores the Hessian); ``"hscale"`` searches it with
-    ``hessian_diag`` (required), the diagonal of X^T X (HSCALE-METHOD-1).
+    ``hessian_diag`` (required), the diagonal of X^T X; ``"hscale-block"`` searches the same
+    window scored by ``dw^T B dw``, the second argument then the diagonal 16 x 16 blocks of
+    X^T X, (n/16, 16, 16) (HSCALE-BLOCK-1, HSCALE-METHOD-1).
     init: ``"maxabs"`` (NVFP4-INIT-1) or ``"4over6"`` (NVFP4-INIT-2).
     K, U: window size and upward shifts (HSCALE-WIN-1).
     scale_ceiling: C of NVFP4-GS-1 (448 default, 256 for the 4over6 convention).

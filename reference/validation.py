@@ -16,7 +16,11 @@ from .constants import E4M3_MAX, GROUP_SIZE
 from .global_scale import FP32_SMALLEST_NORMAL, dequantizes_finitely
 
 WEIGHT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
-METHODS = ("rtn", "scale-only", "hscale")
+METHODS = ("rtn", "scale-only", "hscale", "hscale-block")
+# The methods of whole-model quantization (hscale quantize, hscale check): those whose inputs a
+# calibration pass gives (h = diag(X^T X), HSCALE-CAL-1); hscale-block reads the 16 x 16
+# blocks of X^T X, which it does not collect.
+MODEL_METHODS = ("rtn", "scale-only", "hscale")
 INITS = ("maxabs", "4over6")
 
 
@@ -146,9 +150,44 @@ def check_hessian_diag(hessian_diag, cols: int) -> np.ndarray:
     return exact
 
 
+def check_hessian_blocks(blocks, cols: int) -> np.ndarray:
+    """The diagonal 16 x 16 blocks of X^T X as float64 (n/16, 16, 16), or a ValueError
+    (NVFP4-IN-6)."""
+    if isinstance(blocks, np.ma.MaskedArray):
+        raise ValueError("hessian_blocks: a masked array (numpy.ma) is not accepted: its mask "
+                         "would be ignored (spec NVFP4-IN-6)")
+    try:
+        b = np.asarray(blocks)
+    except Exception as exc:  # noqa: BLE001 - anything numpy cannot read is the caller's mistake
+        raise ValueError(f"hessian_blocks: {_type_name(blocks)} cannot be read as a numpy "
+                         f"array ({type(exc).__name__}: {exc}) (spec NVFP4-IN-6)") from None
+    if b.dtype.kind not in "fiu" and b.dtype != np.dtype(ml_dtypes.bfloat16):
+        raise ValueError(f"hessian_blocks: dtype {b.dtype} is not a real number type "
+                         "(spec NVFP4-IN-6)")
+    expected = (cols // 16, 16, 16)
+    if b.shape != expected:
+        raise ValueError(f"hessian_blocks: shape {b.shape}, expected {expected}, the diagonal "
+                         "16 x 16 blocks of X^T X (spec NVFP4-IN-6)")
+    exact = b.astype(np.float64)
+    if not np.array_equal(exact.astype(b.dtype), b, equal_nan=True):
+        raise ValueError("hessian_blocks: does not convert exactly to float64 (spec NVFP4-IN-6)")
+    bad = ~np.isfinite(exact)
+    if bad.any():
+        index = _first_index(bad)
+        raise ValueError(f"hessian_blocks{_index_text(index)} = {exact[index]}: must be finite "
+                         "(spec NVFP4-IN-6)")
+    return exact
+
+
 def check_method_hessian(hessian_diag, method: str, cols: int):
-    """h as float64 (n,) for hscale, where it is required (NVFP4-IN-2); None for rtn and
-    scale-only, which do not read it (HSCALE-METHOD-1)."""
+    """h as float64 (n,) for hscale, where it is required (NVFP4-IN-2); the blocks
+    (n/16, 16, 16) for hscale-block (NVFP4-IN-6); None for rtn and scale-only, which do not
+    read it (HSCALE-METHOD-1)."""
+    if method == "hscale-block":
+        if hessian_diag is None:
+            raise ValueError("hessian_blocks: method 'hscale-block' needs the diagonal 16 x 16 "
+                             "blocks of X^T X, got None (spec NVFP4-IN-6, HSCALE-METHOD-1)")
+        return check_hessian_blocks(hessian_diag, cols)
     if method != "hscale":
         return None
     if hessian_diag is None:

@@ -228,6 +228,38 @@ def test_llmcompressor_mse_observers():
     check_observed("llmcompressor_nvfp4:create_fouroversix", expanded)
 
 
+def test_llmcompressor_imatrix_observer_gathers_h_through_its_own_hook():
+    """``imatrix_mse``'s importance is what its own forward pre-hook sums: one token per input
+    channel, token j = sqrt(h_j) e_j, gives the sum h (float32 rounding of the square roots'
+    squares) over n tokens; and the weighting matters: the channels h favours are reproduced
+    better than without importance (its squared error, summed over the rows)."""
+    pytest.importorskip("llmcompressor")
+    from hscale.backends.interop.llmcompressor_nvfp4 import create_imatrix_mse
+    from hscale.report.head_to_head import library_dequantized
+    rng = np.random.default_rng(3)
+    weight = rng.standard_normal((8, 32)).astype(np.float32)
+    h = np.ones(32)
+    h[5] = h[21] = 1e4
+    adapter = create_imatrix_mse(h)
+    seen = {}
+    gather = adapter.gather_importance
+
+    def spy(linear):
+        gather(linear)
+        observer = linear.weight_observer
+        seen.update(total=observer._imatrix_sum.double().numpy().copy(),
+                    tokens=int(observer._imatrix_count))
+    adapter.gather_importance = spy
+    weighted = library_dequantized(adapter, adapter.quantize(weight, None, method="rtn"))
+    assert seen["tokens"] == 32
+    np.testing.assert_allclose(seen["total"], h, rtol=1e-6)
+    plain_adapter = create_imatrix_mse(None)
+    plain = library_dequantized(plain_adapter, plain_adapter.quantize(weight, None, method="rtn"))
+    def favoured_error(deq):
+        return float(np.sum((weight[:, [5, 21]] - deq[:, [5, 21]]) ** 2))
+    assert favoured_error(weighted) < favoured_error(plain)
+
+
 def test_modelopt():
     """ModelOpt 0.47 ``NVFP4QTensor.quantize``: zero groups get 1.0 (byte 0x38); block scales
     clamped to ``[2^-9, 448]``, which is the spec's 0x01 floor (``subnormal`` is the spec's);

@@ -58,10 +58,14 @@ def out(tmp_path_factory) -> Path:
 
 def test_every_level0_set_is_runnable():
     """The benches' line layout matches every level-0 header, field by field, and the RTL
-    implements every set's dtype, method, init and window: no set is left out."""
+    implements every set's dtype, method, init and window: no set is left out but the
+    block-Hessian method's (HSCALE-BLOCK-1, spec 1.3), which the RTL does not implement and
+    which says so."""
     sets = rtl.discover_sets()
     assert len(sets) >= 20
-    assert {vs.name: rtl.unsupported_reason(vs) for vs in sets} == {vs.name: None for vs in sets}
+    block = "method 'hscale-block' unknown to the RTL"
+    assert {vs.name: rtl.unsupported_reason(vs) for vs in sets} == {
+        vs.name: block if vs.parameters["method"] == "hscale-block" else None for vs in sets}
     assert {vs.weight_dtype for vs in sets} == {"float32", "bfloat16", "float16"}
     assert {vs.parameters["init"] for vs in sets} == {"maxabs", "4over6"}
 
@@ -108,9 +112,12 @@ def test_rtl_matches_level0(bench, sim, out, capsys):
               + f": {len(result.sets)} sets, {sum(s.groups for s in result.sets)} groups, "
               f"{result.mismatches} mismatches, {result.wall_s:.1f} s")
     assert result.error == ""
-    assert result.not_run == []
+    # the one set the RTL does not implement (hscale-block), left out with its reason
+    block = [vs.name for vs in rtl.discover_sets() if vs.parameters["method"] == "hscale-block"]
+    assert [name for name, _ in result.not_run] == block
     assert {s.name: s.error for s in result.sets if s.error} == {}
-    assert sum(s.groups for s in result.sets) == sum(vs.nlines for vs in rtl.discover_sets())
+    assert sum(s.groups for s in result.sets) == sum(vs.nlines for vs in rtl.discover_sets()
+                                                     if vs.name not in block)
     assert {s.name: s.mismatches for s in result.sets if s.mismatches} == {}
     assert {s.name: s.bench for s in result.sets if not s.passed} == {}
     assert result.passed

@@ -126,6 +126,11 @@ SPEC_CONTENTS = {
     "1.2": {"clauses": set(SPEC_1_0_CLAUSES) | {"NVFP4-ACT-1", "NVFP4-ACT-2", "NVFP4-ACT-3",
                                                 "NVFP4-ACT-4", "NVFP4-GGUF-1"},
             "allowances": set(SPEC_1_0_ALLOWANCES) | {"supplied-reciprocal"}},
+    # 1.3: the block-Hessian method hscale-block (HSCALE-BLOCK-1, its input NVFP4-IN-6)
+    "1.3": {"clauses": set(SPEC_1_0_CLAUSES) | {"NVFP4-ACT-1", "NVFP4-ACT-2", "NVFP4-ACT-3",
+                                                "NVFP4-ACT-4", "NVFP4-GGUF-1", "HSCALE-BLOCK-1",
+                                                "NVFP4-IN-6"},
+            "allowances": set(SPEC_1_0_ALLOWANCES) | {"supplied-reciprocal"}},
 }
 
 

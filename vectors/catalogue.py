@@ -687,6 +687,50 @@ def _minilm(seed):
     return cases
 
 
+def _block_hessian(seed):
+    """hscale-block (HSCALE-BLOCK-1): exact data where the block choice differs from the
+    diagonal one, a seeded random layer with the blocks of a random X^T X, and a block whose
+    products overflow to +inf and -inf (E NaN, counted as +inf)."""
+    cases = []
+    rnd = CaseRandom(seed, "block-exact")
+    weight = rnd.integers(-32, 32, (4, 32)) / 8.0
+    weight[:, ::16] = 6.0
+    blocks = rnd.integers(-4, 4, (2, 16, 16)).astype(np.float64)
+    blocks = blocks + blocks.transpose(0, 2, 1)
+    blocks[:, np.arange(16), np.arange(16)] = rnd.integers(0, 64, (2, 16))
+    cases.append(Case(
+        id="block-exact", method="hscale-block", hessian_diag=blocks, global_scale=ONE,
+        title="hscale-block on weights in multiples of 1/8 with symmetric integer blocks (every "
+              "fp64 operation exact, s_g = 1, c0 = 0x38)",
+        clauses=("HSCALE-BLOCK-1", "HSCALE-METHOD-1", "HSCALE-ARGMIN-1"),
+        weight=weight.astype(np.float32)))
+    rnd = CaseRandom(seed, "block-random")
+    weight = random_weight(rnd, (8, 64))
+    # integers times powers of two: X^T X is exact whatever the order of its sums
+    x = rnd.integers(-8, 8, (96, 64)) * np.ldexp(1.0, rnd.integers(-4, 4, (64,)))
+    gram = x.T @ x
+    cases.append(Case(
+        id="block-random", method="hscale-block",
+        hessian_diag=np.ascontiguousarray(
+            gram.reshape(4, 16, 4, 16)[np.arange(4), :, np.arange(4), :]),
+        title="hscale-block on a seeded random 8x64 fp32 tensor with the diagonal blocks of a "
+              "random X^T X (uneven channel scales)",
+        clauses=("HSCALE-BLOCK-1", "HSCALE-METHOD-1", "NVFP4-IN-6"), weight=weight))
+    group = np.zeros(16, dtype=np.float32)
+    group[0], group[2] = 6.0, 5.0
+    nan_blocks = np.zeros((1, 16, 16))
+    nan_blocks[0, 0, 0] = 1.0
+    nan_blocks[0, 2, 2] = np.finfo(np.float64).max
+    nan_blocks[0, 2, 3] = nan_blocks[0, 3, 2] = -np.finfo(np.float64).max
+    cases.append(Case(
+        id="block-nan-objective", method="hscale-block", hessian_diag=nan_blocks,
+        global_scale=ONE,
+        title="w = (6, 0, 5, 0, ...): candidates with |d_2| > 1 have E = NaN (inf - inf), which "
+              "counts as +inf; byte 0x3A (s = 1.25, d_2 = 0) wins",
+        clauses=("HSCALE-BLOCK-1",), weight=group[None]))
+    return cases
+
+
 def _errors(seed):
     good = np.linspace(-1, 1, 32, dtype=np.float32).reshape(2, 16)
     h = np.ones(16)
@@ -730,6 +774,15 @@ def _errors(seed):
         hessian_diag=np.ones(15))
     err("err-h-missing", "NVFP4-IN-2", "method hscale without hessian_diag",
         hessian_diag=None)
+    blocks = np.eye(16)[None]
+    bad_blocks = blocks.copy()
+    bad_blocks[0, 3, 4] = np.nan
+    err("err-blocks-missing", "NVFP4-IN-6", "method hscale-block without the blocks",
+        method="hscale-block", hessian_diag=None)
+    err("err-blocks-diagonal", "NVFP4-IN-6", "method hscale-block given a diagonal (16,) "
+        "instead of the (1, 16, 16) blocks", method="hscale-block", hessian_diag=h)
+    err("err-blocks-nan", "NVFP4-IN-6", "hessian_blocks[0, 3, 4] = NaN",
+        method="hscale-block", hessian_diag=bad_blocks)
     err("err-K-zero", "NVFP4-IN-3", "K = 0", K=0, U=0)
     err("err-U-negative", "NVFP4-IN-3", "U = -1", U=-1)
     err("err-U-equals-K", "NVFP4-IN-3", "U = K = 16 (D = -1)", K=16, U=16)
@@ -774,7 +827,8 @@ def _gptq(seed):
 
 
 SECTIONS = (_e2m1, _e4m3, _global_scale, _zero_groups, _groups, _ties, _objective,
-            _init_4over6, _methods_and_windows, _dtypes_and_random, _minilm, _gptq, _errors)
+            _init_4over6, _methods_and_windows, _block_hessian, _dtypes_and_random, _minilm,
+            _gptq, _errors)
 
 
 #: Clauses of docs/spec.md with no level-0 case, and why (docs/vectors.md's clause table).

@@ -49,9 +49,11 @@ def line_width_table(seed: int = DEFAULT_SEED) -> str:
             sets.setdefault(name, case)
     for name, case in sorted(sets.items()):
         with_h = case.method == "hscale"
-        fields = formats.group_line_fields(dtype_name(case), with_h)
+        with_blocks = case.method == "hscale-block"
+        fields = formats.group_line_fields(dtype_name(case), with_h, with_blocks)
         bits = formats.line_bits(fields)
-        lines.append(f"| `{name}` | {dtype_name(case)} | {'yes' if with_h else 'no'} | {bits} | "
+        h_column = "yes" if with_h else ("the 16 x 16 block" if with_blocks else "no")
+        lines.append(f"| `{name}` | {dtype_name(case)} | {h_column} | {bits} | "
                      f"{bits // 4} | {formats.line_bits(formats.GS_FIELDS)} | "
                      f"{formats.line_bits(formats.SWZ_FIELDS)} |")
     return "\n".join(lines)

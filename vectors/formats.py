@@ -86,7 +86,8 @@ def json_text(header: dict, records: list[Record]) -> str:
 # $readmemh hex text
 # ------------------------------------------------------------------------------------------
 
-def _group_fields(dtype_name: str, with_h: bool) -> list[tuple[str, int, str]]:
+def _group_fields(dtype_name: str, with_h: bool,
+                  with_blocks: bool = False) -> list[tuple[str, int, str]]:
     """(name, hex digits, meaning) of each field of a group line, left (MSB) to right."""
     w = hexio.word_digits(dtype_name)
     fields = [
@@ -98,6 +99,9 @@ def _group_fields(dtype_name: str, with_h: bool) -> list[tuple[str, int, str]]:
     fields += [(f"w{j}", w, f"weight element 16i+{j}, {dtype_name} bits") for j in range(16)]
     if with_h:
         fields += [(f"h{j}", 16, f"hessian_diag[16i+{j}], float64 bits") for j in range(16)]
+    if with_blocks:
+        fields += [(f"b{j}_{k}", 16, f"block B[i][{j}][{k}] of X^T X, float64 bits "
+                    "(HSCALE-BLOCK-1)") for j in range(16) for k in range(16)]
     fields += [
         ("c0", 2, "expected initial (baseline) scale byte"),
         ("scale", 2, "expected scale byte (E4M3)"),
@@ -147,9 +151,10 @@ def _case_table(set_name: str, records) -> list[str]:
     return lines
 
 
-def group_line_fields(dtype_name: str, with_h: bool) -> list[tuple[str, int, str]]:
+def group_line_fields(dtype_name: str, with_h: bool,
+                      with_blocks: bool = False) -> list[tuple[str, int, str]]:
     """(name, hex digits, meaning) of each field of a ``<set>.hex`` line, left (MSB) first."""
-    return _group_fields(dtype_name, with_h)
+    return _group_fields(dtype_name, with_h, with_blocks)
 
 
 def line_bits(fields) -> int:
@@ -160,7 +165,8 @@ def hex_text(header: dict, records: list[Record]) -> str:
     """One line per 16-element group, for ``$readmemh`` into ``reg [W-1:0] mem [0:N-1]``."""
     case0 = records[0][0]
     with_h = case0.method == "hscale"
-    fields = _group_fields(dtype_name(case0), with_h)
+    with_blocks = case0.method == "hscale-block"
+    fields = _group_fields(dtype_name(case0), with_h, with_blocks)
     lines = _common_header("one line per group", header)
     lines += _field_table(fields)
     lines += _case_table(header["set"], records)
@@ -170,6 +176,8 @@ def hex_text(header: dict, records: list[Record]) -> str:
         rows, cols = case.weight.shape
         words = hexio.to_words(case.weight.reshape(-1))
         h_words = hexio.to_words(case.hessian_diag) if with_h else None
+        b_words = (hexio.to_words(np.asarray(case.hessian_diag, np.float64).reshape(-1))
+                   if with_blocks else None)
         deq_words = hexio.to_words(out.dequantize().reshape(-1))
         s_g = hexio.fp32_hex(out.global_scale)
         for r in range(rows):
@@ -179,6 +187,8 @@ def hex_text(header: dict, records: list[Record]) -> str:
                 parts += words[start:start + GROUP_SIZE]
                 if with_h:
                     parts += h_words[i * GROUP_SIZE:(i + 1) * GROUP_SIZE]
+                if with_blocks:
+                    parts += b_words[i * 256:(i + 1) * 256]
                 parts += [format(int(out.initial_bytes[r, i]), "02x"),
                           format(int(out.scale_bytes[r, i]), "02x"),
                           format(int(out.delta[r, i]) & 0xFF, "02x"),

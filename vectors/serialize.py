@@ -102,7 +102,9 @@ def parameters_of(case: Case) -> dict | None:
         "D": int(case.K) - 1 - int(case.U),
         "scale_ceiling": float(case.scale_ceiling),
         "hessian_diag": "per case (float64)" if case.method == "hscale" else
-                        ("not read (h = 1)" if case.method == "scale-only" else "not read"),
+                        ("per case (float64): the (n/16, 16, 16) blocks of X^T X, row-major "
+                         "(HSCALE-BLOCK-1)" if case.method == "hscale-block" else
+                         ("not read (h = 1)" if case.method == "scale-only" else "not read")),
     }
 
 
@@ -121,7 +123,8 @@ def case_inputs_json(case: Case) -> dict:
         "weight_dtype": dtype_name(case),
         "weight": rows,
         "hessian_diag": None if case.hessian_diag is None else
-                        hexio.row_text(np.asarray(case.hessian_diag, dtype=np.float64)),
+                        hexio.row_text(np.asarray(case.hessian_diag, dtype=np.float64)
+                                       .reshape(-1)),
         "global_scale": None if case.global_scale is None else _scalar_hex(case.global_scale),
         "method": case.method,
         "init": case.init,
@@ -180,6 +183,15 @@ def case_json(case: Case, outputs: QuantizedWeight | Rejection) -> dict:
     return entry
 
 
+def _hessian_from_text(text: str, method: str) -> np.ndarray:
+    """h (n,) as stored; for hscale-block the blocks, stored row-major, as (n/16, 16, 16) (an
+    error case's input of another size is kept as it is)."""
+    values = hexio.from_row_text(text, "float64")
+    if method == "hscale-block" and values.size % 256 == 0:
+        return values.reshape(-1, 16, 16)
+    return values
+
+
 def case_from_json(entry: dict, with_expected: bool = True) -> Case:
     """The stored case, its expected outputs read from the file (``expected_from_json``)."""
     inputs = entry["inputs"]
@@ -191,7 +203,7 @@ def case_from_json(entry: dict, with_expected: bool = True) -> Case:
         title=entry["title"],
         clauses=tuple(entry["clauses"]),
         weight=weight,
-        hessian_diag=None if h is None else hexio.from_row_text(h, "float64"),
+        hessian_diag=None if h is None else _hessian_from_text(h, inputs["method"]),
         method=inputs["method"],
         init=inputs["init"],
         K=inputs["K"],

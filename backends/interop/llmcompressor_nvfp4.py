@@ -39,7 +39,8 @@ from __future__ import annotations
 from hscale.backends.interop import common
 from hscale.backends.interop.compressed_tensors_nvfp4 import CompressedTensorsNVFP4
 
-OBSERVERS = ("memoryless_minmax", "memoryless_mse", "nvfp4_expanded_mse", "fouroversix")
+OBSERVERS = ("memoryless_minmax", "memoryless_mse", "nvfp4_expanded_mse", "fouroversix",
+             "imatrix_mse")
 
 
 class LLMCompressorNVFP4(CompressedTensorsNVFP4):
@@ -47,10 +48,12 @@ class LLMCompressorNVFP4(CompressedTensorsNVFP4):
                        "compressed_tensors.compressors.nvfp4.base")
     distributions = ("llmcompressor", "compressed-tensors")
 
-    def __init__(self, observer: str = "memoryless_minmax"):
+    def __init__(self, observer: str = "memoryless_minmax", importance=None):
         if observer not in OBSERVERS:
             raise ValueError(f"observer {observer!r}: one of {', '.join(OBSERVERS)}")
         self.observer = observer
+        # imatrix_mse: h = diag(X^T X), fed through the observer's own forward pre-hook
+        self.importance = importance
         self.name = f"llmcompressor-{observer.replace('_', '-')}"
 
     def scheme(self):
@@ -69,6 +72,8 @@ class LLMCompressorNVFP4(CompressedTensorsNVFP4):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # the fouroversix alias warns
             initialize_observer(linear, "weight")
+        if self.importance is not None:
+            self.gather_importance(linear)
         observe(linear, "weight")
         if reciprocal is None:
             update_qparams(linear, "weight")
@@ -79,6 +84,23 @@ class LLMCompressorNVFP4(CompressedTensorsNVFP4):
                                                observer.args, global_scale=global_scale)
         observer.delete_statistics()
         self.store(linear, scale, global_scale)
+
+
+    def gather_importance(self, linear):
+        """The imatrix observer's ``attach`` hook (E[x^2] per input channel) fed one token per
+        input channel, token j = sqrt(h_j) e_j, so its sum of x^2 is h (up to the square
+        root's rounding); the observer divides by the token count and by the mean, so only h's
+        proportions matter. The forward itself is not used."""
+        import numpy as np
+        import torch
+        observer = linear.weight_observer
+        observer.attach(linear)
+        tokens = torch.diag(torch.from_numpy(np.sqrt(np.asarray(self.importance, np.float64))))
+        try:
+            with torch.no_grad():
+                linear(tokens.to(linear.weight.dtype))
+        finally:
+            observer.detach(linear)
 
 
 def create():
@@ -96,3 +118,9 @@ def create_expanded_mse():
 
 def create_fouroversix():
     return LLMCompressorNVFP4("fouroversix")
+
+
+def create_imatrix_mse(importance=None):
+    """llm-compressor's ``imatrix_mse`` observer (0.11+): E[x^2]-weighted grid search,
+    norm 3, shrink-only multipliers scored with fp32 scales; ``importance`` h = diag(X^T X)."""
+    return LLMCompressorNVFP4("imatrix_mse", importance)

@@ -96,11 +96,14 @@ E2M1_MAX = 6.0
 
 #: Why no calibrator runs without CUDA + Triton (nvidia-modelopt 0.47; line numbers there).
 NEEDS_CUDA_TRITON = (
-    "needs CUDA and Triton: ModelOpt fake-quantizes a static NVFP4 weight only with a Triton "
-    "kernel (tensor_quant.py:586 raises 'static_blockwise_fp4_fake_quant requires triton' when "
-    "modelopt.torch.kernels.quantization.gemm.IS_AVAILABLE is False, as it is whenever "
-    "torch.cuda.is_available() is False), and the search scores every candidate through it, "
-    "the CPU reference sweep of NVFP4MSECalibrator included: no CPU path"
+    "needs CUDA and Triton: nvidia-modelopt 0.47.0 modelopt/torch/quantization/tensor_quant.py:586-590 "
+    "(0.48.0rc1: 599-603), StaticBlockwiseFP4FakeQuantFunction.forward, 'if not "
+    "triton_kernel.IS_AVAILABLE: raise RuntimeError(\"static_blockwise_fp4_fake_quant requires "
+    "triton...\")', and IS_AVAILABLE is set True only under 'if torch.cuda.is_available():' "
+    "(modelopt/torch/kernels/quantization/gemm/__init__.py:22-41); every candidate of the "
+    "search is scored through that fake-quant (model_calib.py:652 _mse_quant_func: "
+    "'xq = quantizer(x)'), the CPU reference sweep of NVFP4MSECalibrator (calib/mse.py:105-107, "
+    "taken on CPU at :234) included: no CPU path"
 )
 
 

@@ -64,7 +64,7 @@ def add_parsers(commands) -> None:
     from hscale.checkpoints import FORMATS
     from hscale.pipelines import PIPELINES
     from hscale.reference.gptq import DEFAULT_BLOCK_SIZE, DEFAULT_DAMP
-    from hscale.reference.validation import METHODS
+    from hscale.reference.validation import MODEL_METHODS as METHODS
     quantize = commands.add_parser(
         "quantize", help="quantize a Hugging Face model into an NVFP4 checkpoint engines load "
                          "(default: the bundled all-MiniLM-L6-v2)",

@@ -73,8 +73,9 @@ class Case:
                     scale_ceiling=self.scale_ceiling, global_scale=self.global_scale)
 
     def call_args(self):
-        """``(args, kwargs)`` of the ``quantize`` call (h only for hscale, which reads it)."""
-        h = self.hessian_diag if self.method == "hscale" else None
+        """``(args, kwargs)`` of the ``quantize`` call (h only for hscale and hscale-block, which
+        read it; for hscale-block ``hessian_diag`` holds the (n/16, 16, 16) blocks)."""
+        h = self.hessian_diag if self.method in ("hscale", "hscale-block") else None
         return (self.weight, h), self.options()
 
     def with_(self, **changes) -> "Case":

@@ -20,7 +20,7 @@ from hscale.reference import (DEFAULT_SCALE_CEILING, FOUR_OVER_SIX_SCALE_CEILING
                               gptq_quantize)
 from hscale.reference.constants import DEFAULT_K, DEFAULT_U
 from hscale.reference.gptq import DEFAULT_BLOCK_SIZE, DEFAULT_DAMP
-from hscale.reference.validation import METHODS
+from hscale.reference.validation import MODEL_METHODS
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ PIPELINES = {p.name: p for p in (
 )}
 #: The order in which ``hscale check`` tries methods on each init: the plain rule first.
 RECIPE_METHODS = ("rtn", "hscale", "scale-only")
-assert set(RECIPE_METHODS) == set(METHODS)
+assert set(RECIPE_METHODS) == set(MODEL_METHODS)
 #: (method, init, scale ceiling) of every way a stored layer can be re-derived, in the order
 #: tried; one per distinct (init, C) of the re-derivable pipelines.
 RECIPES = tuple(dict.fromkeys(

@@ -11,7 +11,7 @@ from hscale.models.architecture import DEFAULT_IGNORE
 from hscale.pipelines import pipeline_named
 from hscale.reference.constants import DEFAULT_K, DEFAULT_U
 from hscale.reference.gptq import DEFAULT_BLOCK_SIZE, DEFAULT_DAMP
-from hscale.reference.validation import METHODS, check_choice
+from hscale.reference.validation import MODEL_METHODS, check_choice
 
 
 @dataclass
@@ -46,7 +46,7 @@ class QuantizeRequest:
 def check_request(request: QuantizeRequest) -> None:
     """Every option checked before any work (one clear error each)."""
     pipeline_named(request.pipeline)
-    check_choice("method", request.method, METHODS)
+    check_choice("method", request.method, MODEL_METHODS)
     if request.format not in FORMATS:
         raise ValueError(f"--format {request.format!r}: one of {', '.join(FORMATS)}")
     for name in ("samples", "seq_len", "batch_size", "block_size", "max_shard_bytes"):

@@ -19,11 +19,11 @@ import numpy as np
 
 from hscale.files import write_json, write_text
 
-from . import analyses, pipelines
+from . import analyses, pipelines, spread
 from hscale.evaluation.quality import output_error
 from hscale.reference import DEFAULT_SCALE_CEILING
 
-from .head_to_head import (BASELINE_ROW, COMPETITORS, FUNCTIONS, HSCALE_ROW,
+from .head_to_head import (BASELINE_ROW, BLOCK_ROW, COMPETITORS, FUNCTIONS, HSCALE_ROW,
                            MODELOPT_CALIBRATORS, head_to_head)
 from .plots import plot_head_to_head, plot_layers, plot_shifts, plot_window
 from .tables import tables
@@ -33,7 +33,7 @@ from .vocabulary import BEST_SCALE_ITERATIONS, DEFAULT_OUT, METHODS
 def layer_analyses(model, iterations=BEST_SCALE_ITERATIONS, progress=True) -> dict:
     """(a), (b), (c) on every Linear: per-layer errors of each method, the shift statistics of
     H-Scale, the window sweep, and the time each method took."""
-    from hscale.reference import SCALE_BYTE_VALUES, quantize
+    from hscale.reference import SCALE_BYTE_VALUES, diagonal_blocks, quantize
     scales = pipelines.global_scales(model, DEFAULT_SCALE_CEILING)
     layers, seconds = [], {m: 0.0 for m in ("rtn",) + METHODS + ("window-sweep",)}
     pooled = {}
@@ -46,6 +46,8 @@ def layer_analyses(model, iterations=BEST_SCALE_ITERATIONS, progress=True) -> di
                 ("rtn", lambda: quantize(weight, method="rtn", global_scale=s_g)),
                 ("scale-only", lambda: quantize(weight, method="scale-only", global_scale=s_g)),
                 ("hscale", lambda: quantize(weight, h, global_scale=s_g)),
+                ("hscale-block", lambda: quantize(weight, diagonal_blocks(G), method="hscale-block",
+                                                  global_scale=s_g)),
                 ("full-ladder", lambda: analyses.full_ladder(weight, h, s_g))):
             start = time.perf_counter()
             results[method] = run()
@@ -140,7 +142,7 @@ def render(doc: dict, out: Path) -> list[Path]:
 
 def row_names() -> list:
     """The head-to-head rows, in table order: H-Scale, min-max, then the competitors."""
-    return ([HSCALE_ROW, BASELINE_ROW] + [c[0] for c in COMPETITORS]
+    return ([HSCALE_ROW, BLOCK_ROW, BASELINE_ROW] + [c[0] for c in COMPETITORS]
             + [f[0] for f in FUNCTIONS] + list(MODELOPT_CALIBRATORS))
 
 
@@ -167,6 +169,9 @@ def build(out: Path = DEFAULT_OUT, progress=True, iterations=BEST_SCALE_ITERATIO
     doc["summary"] = summarise(doc)
     doc["pipelines"] = pipeline_rows(model)
     doc["microcase"] = analyses.microcase()
+    # the spread recalibrates the model on subsets of the text: a bare set of layers has none
+    doc["spread"] = (spread.calibration_spread(model, progress=progress)
+                     if model.directory is not None else None)
     # Earlier rows of methods the report no longer has (renamed, dropped) are not carried on.
     earlier = {n: r for n, r in earlier.items() if n in row_names()}
     skip = {n for n, r in earlier.items() if r.get("ran")} if reuse_measured else set()

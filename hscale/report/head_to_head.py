@@ -21,6 +21,9 @@ HSCALE_ROW = "H-Scale (hscale.reference, U = 6, K = 16)"
 BASELINE_ROW = "min-max (RTN: the spec's max-abs byte), the baseline"
 
 
+BLOCK_ROW = "block-Hessian H-Scale (hscale.reference, hscale-block, U = 6, K = 16)"
+
+
 # (name, adapter module, factory, library, init); each run on every Linear with the same s_g,
 # as rtn from the init that selects its scale rule (fouroversix's 4-or-6 choice is its 4over6).
 COMPETITORS = (
@@ -62,12 +65,24 @@ def autoround_opt_rtn(weight, s_g, h=None) -> np.ndarray:
     return qdq.numpy().astype(np.float64)
 
 
+def llmcompressor_imatrix(weight, s_g, h) -> np.ndarray:
+    """llm-compressor's ``imatrix_mse`` observer through the adapter, its importance h =
+    diag(X^T X) of the calibration text gathered by the observer's own hook
+    (``llmcompressor_nvfp4.create_imatrix_mse``); returns its dequantized weight."""
+    from hscale.backends.interop.llmcompressor_nvfp4 import create_imatrix_mse
+    adapter = create_imatrix_mse(h)
+    return library_dequantized(adapter, adapter.quantize(weight, None, method="rtn",
+                                                         global_scale=s_g))
+
+
 # (name, library, function(weight, s_g, h) -> dequantized): library functions called directly
 FUNCTIONS = (
     ("AutoRound opt_rtn_nv_fp4, importance matrix = diag(X^T X)", "auto_round",
      lambda w, s_g, h: autoround_opt_rtn(w, s_g, h)),
     ("AutoRound opt_rtn_nv_fp4, no importance matrix (weight MSE)", "auto_round",
      lambda w, s_g, h: autoround_opt_rtn(w, s_g, None)),
+    ("llm-compressor imatrix_mse observer, importance = diag(X^T X)", "llmcompressor",
+     lambda w, s_g, h: llmcompressor_imatrix(w, s_g, h)),
 )
 
 
@@ -91,7 +106,7 @@ def head_to_head(model, progress=True, skip=()) -> dict:
     import importlib
     from hscale.calibration import heldout_texts
     from hscale.evaluation.embeddings import EmbeddingProbe
-    from hscale.reference import quantize
+    from hscale.reference import diagonal_blocks, quantize
     scales = pipelines.global_scales(model, DEFAULT_SCALE_CEILING)
     base = {}
     for module, weight in model.weights.items():
@@ -125,6 +140,9 @@ def head_to_head(model, progress=True, skip=()) -> dict:
     rows = {HSCALE_ROW: measure(
         lambda m, w: quantize(w, np.diag(model.G[m]).copy(), global_scale=scales[m])
         .dequantize()),
+        BLOCK_ROW: measure(
+        lambda m, w: quantize(w, diagonal_blocks(model.G[m]), method="hscale-block",
+                              global_scale=scales[m]).dequantize()),
         BASELINE_ROW: measure(
         lambda m, w: quantize(w, method="rtn", global_scale=scales[m]).dequantize())}
     def competitor_row(library, prepare) -> dict:

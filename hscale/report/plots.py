@@ -32,21 +32,39 @@ def save_png(fig, path: Path) -> Path:
     return write_bytes(path, buffer.getvalue())
 
 
+# One style per method: H-Scale drawn last and on top (filled, black); the methods that can
+# coincide with it (the full ladder) hollow and larger, so that both stay visible.
+STYLES = {"scale-only": dict(marker="^", color="tab:orange", markersize=3, linestyle="-"),
+          "full-ladder": dict(marker="o", color="tab:cyan", markersize=7, linestyle=":",
+                              markerfacecolor="none"),
+          "hscale-block": dict(marker="s", color="tab:purple", markersize=4, linestyle="-"),
+          "best-scale": dict(marker="D", color="tab:green", markersize=3, linestyle="-"),
+          "hscale": dict(marker="o", color="black", markersize=3, linestyle="-")}
+
+
 def plot_layers(doc: dict, key: str, path: Path, title: str) -> Path:
+    """Each method's per-layer error over min-max (top) and its difference from H-Scale's in
+    percentage points (bottom), where methods that nearly coincide can be told apart."""
     plt = _figure()
-    fig, ax = plt.subplots(figsize=(9, 3.6))
+    fig, (ax, diff) = plt.subplots(2, 1, figsize=(9, 5.6), sharex=True,
+                                   gridspec_kw={"height_ratios": [3, 2]})
     layers = doc["layers"]
     x = np.arange(len(layers))
-    for method, marker, style in zip(METHODS, "o^sD", ("-", "-", ":", "-")):
-        ax.plot(x, [r[key][method] / r[key]["rtn"] for r in layers], marker=marker,
-                markersize=3 if method != "hscale" else 5, linewidth=1, linestyle=style,
-                label=LABELS[method])
+    methods = [m for m in METHODS if m in layers[0][key]]
+    ratio = {m: np.array([r[key][m] / r[key]["rtn"] for r in layers]) for m in methods}
+    for method in sorted(methods, key=lambda m: m == "hscale"):  # H-Scale on top
+        ax.plot(x, ratio[method], linewidth=1, label=LABELS[method], **STYLES[method])
+        if method != "hscale":
+            diff.plot(x, 100 * (ratio[method] - ratio["hscale"]), linewidth=1,
+                      label=LABELS[method], **STYLES[method])
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--", label=LABELS["rtn"])
-    ax.set_xticks(x)
-    ax.set_xticklabels([short_name(r["module"]) for r in layers], rotation=90, fontsize=6)
+    diff.axhline(0.0, color="black", linewidth=0.8)
+    diff.set_xticks(x)
+    diff.set_xticklabels([short_name(r["module"]) for r in layers], rotation=90, fontsize=6)
     ax.set_ylabel("relative to min-max")
+    diff.set_ylabel("minus H-Scale\n(percentage points)")
     ax.set_title(title, pad=24)
-    ax.legend(fontsize=7, ncol=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    ax.legend(fontsize=7, ncol=6, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     return save_png(fig, path)
 
 
@@ -67,39 +85,84 @@ def plot_shifts(doc: dict, path: Path) -> Path:
 
 
 def plot_window(summary: dict, path: Path) -> Path:
+    """The window sweep twice: every window on 0-100% (left), and the windows within 5 points
+    of the whole gain on an axis that shows hundredths of a percent (right)."""
     plt = _figure()
-    fig, ax = plt.subplots(figsize=(7, 3.0))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4), gridspec_kw={"width_ratios": [1, 1]})
     names = list(summary["window"])
-    x = np.arange(len(names))
-    ax.bar(x - 0.2, [100 * summary["window"][n]["median"] for n in names], 0.4, label="median")
-    ax.bar(x + 0.2, [100 * summary["window"][n]["p10"] for n in names], 0.4, label="P10")
-    ax.set_xticks(x)
-    ax.set_xticklabels([f"U={n.split(',')[0]}\nK={n.split(',')[1]}" for n in names], fontsize=7)
-    ax.set_ylabel("% of max-abs -> full-ladder gain")
-    ax.legend(fontsize=7)
-    ax.set_title("window sweep: L_full gain recovered")
+    labels = [f"U={n.split(',')[0]}\nK={n.split(',')[1]}" for n in names]
+    median = np.array([100 * summary["window"][n]["median"] for n in names])
+    p10 = np.array([100 * summary["window"][n]["p10"] for n in names])
+    close = [i for i in range(len(names)) if p10[i] >= 95.0]
+    for ax, index, low in ((a, list(range(len(names))), 0.0),
+                           (b, close, min(p10[close].min(), median[close].min()) - 0.05
+                            if close else 0.0)):
+        x = np.arange(len(index))
+        for offset, values, label, color in ((-0.2, median, "median", "tab:blue"),
+                                             (0.2, p10, "P10 over layers", "tab:orange")):
+            bars = ax.bar(x + offset, values[index] - low, 0.4, bottom=low, label=label,
+                          color=color)
+            for bar_, value in zip(bars, values[index]):
+                ax.annotate(f"{value:.2f}", (bar_.get_x() + bar_.get_width() / 2, value),
+                            ha="center", va="bottom", fontsize=6, rotation=90,
+                            xytext=(0, 2), textcoords="offset points")
+        ax.set_xticks(x)
+        ax.set_xticklabels([labels[i] for i in index], fontsize=7)
+        ax.set_ylim(low, 100.0 + (100.0 - low) * 0.12)
+    a.set_ylabel("% of max-abs -> full-ladder gain")
+    a.set_title("every window (0-100%)")
+    b.set_title("windows with P10 >= 95% (zoomed)")
+    a.legend(fontsize=7, loc="lower right")
+    fig.suptitle("window sweep: share of the L_full gain of the full ladder recovered",
+                 fontsize=9)
     return save_png(fig, path)
 
 
 def plot_head_to_head(rows: dict, path: Path) -> Path:
+    """Every row, sorted by mean layer output error (calibration text, best first), with its
+    value; rows that did not run are listed at the bottom as such."""
     plt = _figure()
-    ran = [(n, r) for n, r in rows.items() if r.get("ran")]
-    fig, (ax, ax_cos) = plt.subplots(1, 2, figsize=(11, 0.8 + 0.55 * max(1, len(ran))),
+    ran = sorted(((n, r) for n, r in rows.items() if r.get("ran")),
+                 key=lambda item: (item[1]["output"]["mean"], item[0]))
+    missing = [n for n, r in rows.items() if not r.get("ran")]
+    names = [n for n, _ in ran] + missing
+    fig, (ax, ax_cos) = plt.subplots(1, 2, figsize=(12, 1.0 + 0.5 * max(1, len(names))),
                                      sharey=True, gridspec_kw={"width_ratios": [3, 2]})
-    y = np.arange(len(ran))
-    ax.barh(y - 0.2, [r["output"]["mean"] for _, r in ran], 0.4, label="calibration text")
-    ax.barh(y + 0.2, [r["output_heldout"]["mean"] for _, r in ran], 0.4, label="held-out text")
-    ax.axvline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    y = np.arange(len(names))
+    for offset, key, label, color in ((-0.2, "output", "calibration text", "tab:blue"),
+                                      (0.2, "output_heldout", "held-out text", "tab:orange")):
+        values = [100 * (r[key]["mean"] - 1) for _, r in ran]
+        bars = ax.barh(y[:len(ran)] + offset, values, 0.4, label=label, color=color)
+        for bar_, value in zip(bars, values):
+            ax.annotate(f"{value:+.1f}%", (min(value, 0.0), bar_.get_y() + bar_.get_height() / 2),
+                        ha="right", va="center", fontsize=6, xytext=(-2, 0),
+                        textcoords="offset points")
+    low = min([100 * (r[k]["mean"] - 1) for _, r in ran for k in ("output", "output_heldout")]
+              + [-1.0])
+    ax.set_xlim(low * 1.25, max(2.0, -0.05 * low))
+    for i in range(len(ran), len(names)):
+        ax.annotate("not run (see the table for why)", (0, i), ha="right", va="center",
+                    fontsize=7, color="grey", xytext=(-4, 0), textcoords="offset points")
+        ax_cos.annotate("not run", (0, i), ha="left", va="center", fontsize=7, color="grey",
+                        xytext=(4, 0), textcoords="offset points")
+    ax.axvline(0.0, color="grey", linewidth=0.8, linestyle="--")
     ax.set_yticks(y)
     ax.set_yticklabels(["\n".join(textwrap.wrap(textwrap.shorten(n, 90, placeholder="..."), 45))
-                        for n, _ in ran], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("mean layer output error relative to min-max (RTN)")
-    ax.legend(fontsize=7)
+                        for n in names], fontsize=7)
+    ax.set_ylim(len(names) - 0.5, -0.5)  # first row on top, every row (not-run ones too) shown
+    ax.set_xlabel("mean layer output error relative to min-max (RTN), % (lower is better)")
+    ax.legend(fontsize=7, loc="lower left")
     # End to end: 1 - cosine, so that smaller is better on both panels; rows kept from a run
     # before the embeddings were measured have no bar.
     distance = [1.0 - r["embedding_cosine_heldout"]["mean"]
                 if r.get("embedding_cosine_heldout") else np.nan for _, r in ran]
-    ax_cos.barh(y, distance, 0.5, color="tab:green")
+    bars = ax_cos.barh(y[:len(ran)], distance, 0.5, color="tab:green")
+    for bar_, value in zip(bars, distance):
+        if np.isfinite(value):
+            ax_cos.annotate(f"{value:.4f}", (value, bar_.get_y() + bar_.get_height() / 2),
+                            ha="left", va="center", fontsize=6, xytext=(2, 0),
+                            textcoords="offset points")
+    finite = [d for d in distance if np.isfinite(d)]
+    ax_cos.set_xlim(0, 1.25 * max(finite) if finite else 1.0)
     ax_cos.set_xlabel("1 - sentence-embedding cosine to fp32\n(held-out sentences, mean)")
     return save_png(fig, path)

@@ -75,6 +75,7 @@ def tables(doc: dict) -> str:
             f"{r['e4m3_scale']:g} {r['e4m3_codes']}: {r['e4m3_errors'][idx]:.3f} | "
             f"{r['continuous_scale']:.4f} {r['continuous_codes']}: "
             f"{r['continuous_errors'][idx]:.3f} |")
+    lines += spread_table(doc.get("spread"))
     rows = doc.get("head_to_head") or {}
     if rows:
         lines += ["", "### Head to head: layer output error relative to min-max (RTN), every "
@@ -110,3 +111,24 @@ def _version(text: str) -> str:
     form) as 'llmcompressor 0.14'."""
     words = text.split(" ", 1)
     return words[1] if len(words) == 2 and words[1].startswith(words[0]) else text
+
+
+def spread_table(spread) -> list[str]:
+    """The spread over calibration subsets: mean and 95% interval of each method's held-out
+    output error relative to min-max, and of its seconds, all from the same run."""
+    if not spread:
+        return []
+    lines = ["", f"### (f) Spread over {spread['subsets']} calibration subsets (each a seeded "
+             f"random {spread['sentences']} of the calibration sentences; held-out text fixed)",
+             "", "| method | held-out output error vs min-max, mean +- 95% interval | per subset "
+             "| seconds (all Linears), mean +- 95% interval |", "|---|---:|---|---:|"]
+    for method, v in spread["methods"].items():
+        e, t = v["heldout"], v["seconds"]
+        lines.append(f"| {LABELS[method]} | {100 * (e['mean'] - 1):+.2f}% +- "
+                     f"{100 * e['half_width']:.2f} | "
+                     + ", ".join(f"{100 * (x - 1):+.2f}%" for x in e["values"])
+                     + f" | {t['mean']:.2f} +- {t['half_width']:.2f} |")
+    d = spread["block_minus_hscale"]
+    lines += ["", f"hscale-block minus H-Scale, paired by subset: {100 * d['mean']:+.2f} points "
+              f"+- {100 * d['half_width']:.2f} (95% interval)."]
+    return lines

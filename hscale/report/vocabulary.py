@@ -8,10 +8,11 @@ from pathlib import Path
 DEFAULT_OUT = Path("fidelity-report")
 
 
-METHODS = ("scale-only", "hscale", "full-ladder", "best-scale")
+METHODS = ("scale-only", "hscale", "hscale-block", "full-ladder", "best-scale")
 
 
 LABELS = {"rtn": "min-max (RTN)", "scale-only": "weight-guided (h = 1)", "hscale": "H-Scale",
+          "hscale-block": "block-Hessian H-Scale (hscale-block)",
           "full-ladder": "full ladder (diag objective)", "best-scale": "Best Scale (oracle)"}
 
 
