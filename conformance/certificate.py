@@ -163,8 +163,11 @@ def render_summary(certificate: dict) -> list[str]:
         lines.append("  note: the swizzled layout is wrong (NVFP4-PACK-3), so the scale bytes were "
                      "read back from the wrong places: look at NVFP4-PACK-3 first, the other "
                      "failures may follow from it")
+    by_reason = defaultdict(list)  # one line per reason: the clauses it covers
     for cid in by_status["not applicable"]:
-        lines.append(f"  not applicable: {cid}: {certificate['clauses'][cid].get('reason', '')}")
+        by_reason[certificate["clauses"][cid].get("reason", "")].append(cid)
+    for reason, cids in by_reason.items():
+        lines.append(f"  not applicable: {', '.join(cids)}: {reason}")
     uses = certificate["allowance_uses"]
     if uses:
         lines.append("  allowances used: " + ", ".join(f"{a} ({n})" for a, n in uses.items()))
