@@ -37,6 +37,22 @@ def root(tmp_path_factory):
     return tmp_path_factory.mktemp("families")
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(root):
+    """``uninterrupted(family)``: (the family's 3-block model, its checkpoint written by one
+    uninterrupted process), each made once."""
+    made = {}
+
+    def make(family):
+        if family not in made:
+            source = written(root, family, num_hidden_layers=3)
+            out = root / f"{family}-uninterrupted"
+            quantize_model(model_dir=str(source), out=str(out), **OPTIONS)
+            made[family] = source, out
+        return made[family]
+    return make
+
+
 def weight_bytes(directory: Path) -> dict:
     """Every file of a checkpoint but its report (whose times differ), as bytes."""
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir())
@@ -63,10 +79,8 @@ def _interrupted(monkeypatch, source: Path, out: Path, after: int, **options) ->
     return partial
 
 
-def test_ctrl_c_after_a_block_resumes_to_the_same_bytes(root, tmp_path, monkeypatch):
-    source = written(root, "llama", num_hidden_layers=3)
-    whole = tmp_path / "whole"
-    quantize_model(model_dir=str(source), out=str(whole), **OPTIONS)
+def test_ctrl_c_after_a_block_resumes_to_the_same_bytes(uninterrupted, tmp_path, monkeypatch):
+    source, whole = uninterrupted("llama")
     out = tmp_path / "out"
     _interrupted(monkeypatch, source, out, after=1)
     lines = []
@@ -77,9 +91,9 @@ def test_ctrl_c_after_a_block_resumes_to_the_same_bytes(root, tmp_path, monkeypa
     assert not (out / STATE_NAME).exists() and not (out / "hidden").exists()
 
 
-def test_a_run_with_other_options_does_not_adopt_the_partial_output(root, tmp_path,
+def test_a_run_with_other_options_does_not_adopt_the_partial_output(uninterrupted, tmp_path,
                                                                     monkeypatch):
-    source = written(root, "llama", num_hidden_layers=3)
+    source, _ = uninterrupted("llama")
     out = tmp_path / "out"
     partial = _interrupted(monkeypatch, source, out, after=0)
     lines = []
@@ -92,12 +106,10 @@ def test_a_run_with_other_options_does_not_adopt_the_partial_output(root, tmp_pa
     assert weight_bytes(out) == weight_bytes(fresh)
 
 
-def test_killed_after_a_block_resumes_to_the_same_bytes(root, tmp_path):
+def test_killed_after_a_block_resumes_to_the_same_bytes(uninterrupted, tmp_path):
     """SIGKILL (no handler runs, nothing is cleaned up) in a fresh process the moment its first
     block's state is on disk; the next run adopts what it left."""
-    source = written(root, "qwen3_moe", num_hidden_layers=3)
-    whole = tmp_path / "whole"
-    quantize_model(model_dir=str(source), out=str(whole), **OPTIONS)
+    source, whole = uninterrupted("qwen3_moe")
     out = tmp_path / "out"
     script = f"""
 import os, signal
@@ -134,10 +146,8 @@ def _torchrun(nproc: int, source: Path, out: Path) -> float:
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3_moe"])
-def test_torchrun_two_gloo_processes_write_one_processs_bytes(root, tmp_path, family):
-    source = written(root, family, num_hidden_layers=3)
-    one = tmp_path / "one"
-    quantize_model(model_dir=str(source), out=str(one), **OPTIONS)
+def test_torchrun_two_gloo_processes_write_one_processs_bytes(uninterrupted, tmp_path, family):
+    source, one = uninterrupted(family)
     two = tmp_path / "two"
     seconds = _torchrun(2, source, two)
     print(f"\ntorchrun --nproc-per-node 2 ({family}, 3 blocks): {seconds:.1f} s")

@@ -107,7 +107,12 @@ class BlockCalibration:
 
 
 def _device(device) -> str:
+    """Where this process's forward runs: ``cuda`` (or ``auto`` with a CUDA device) under
+    torchrun means the process's own device, ``cuda:LOCAL_RANK``."""
+    import os
     if device in (None, "auto"):
         import torch
-        return "cuda" if device == "auto" and torch.cuda.is_available() else "cpu"
+        device = "cuda" if device == "auto" and torch.cuda.is_available() else "cpu"
+    if device == "cuda" and "LOCAL_RANK" in os.environ:
+        return f"cuda:{int(os.environ['LOCAL_RANK'])}"
     return device

@@ -3,7 +3,8 @@
 Launched by ``torchrun --nproc-per-node N -m hscale quantize ...`` (or by Slurm's ``srun`` with
 torchrun's environment: ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), every
 process runs the same command; ``Ranks.from_environment`` joins the process group (gloo on the
-CPU, NCCL when the calibration runs on CUDA). Then, block by block:
+CPU, NCCL when the calibration runs on CUDA, each process on its own device ``cuda:LOCAL_RANK``;
+the CUDA path is not exercised by the tests, which run on the CPU). Then, block by block:
 
 * the calibration batches are split: batch ``b`` runs on process ``b % N`` (whole batches as
   one process forms them, so that every token's activations are the same bits);
@@ -36,6 +37,9 @@ class Ranks:
             return cls()
         import torch.distributed as dist
         backend = "nccl" if device and str(device).startswith("cuda") else "gloo"
+        if backend == "nccl" and "LOCAL_RANK" in os.environ:
+            import torch
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))  # one device per process
         if not dist.is_initialized():
             dist.init_process_group(backend=backend)
         return cls(dist.get_rank(), dist.get_world_size(), backend)
