@@ -17,6 +17,7 @@ tied head and the routers named in the ignore list), and ``hscale check --origin
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import warnings
 
@@ -98,6 +99,21 @@ def test_moe_families_decoded_by_the_kit_into_transformers(models, family):
     docstring). The kit's decoding, put into the transformers model."""
     from hscale.evaluation.decoded import decoded_model
     source, target, _ = models[family]
+    if importlib.util.find_spec("compressed_tensors") is not None:
+        # transformers loads the checkpoint, and its Linears (attention) are the kit's decoding
+        import ml_dtypes
+        from hscale.evaluation.decoded import DecodedSource
+        with quiet_transformers(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            loaded = transformers.AutoModelForCausalLM.from_pretrained(
+                target, quantization_config=transformers.CompressedTensorsConfig(dequantize=True))
+        decoded = DecodedSource(source, target)
+        linears = [m for m in decoded.quantized.values() if ".experts." not in m]
+        assert len(linears) == 8
+        for module in linears:
+            kit = decoded.decoded(module).astype(ml_dtypes.bfloat16).astype(np.float32)
+            np.testing.assert_array_equal(
+                loaded.get_submodule(module).weight.detach().float().numpy(), kit, module)
     quantized = _logits(decoded_model(source, target), IDS)
     original = _logits(_original(source), IDS)
     assert torch.isfinite(quantized).all()
