@@ -86,7 +86,12 @@ def classify_layer(layer: LayerResult, arrays: dict, source: SafetensorsModel, h
         if exact is not None:
             layer.verdict, layer.recipe = "exact", " ".join(exact[:2])
         else:
-            _certify(layer, arrays, observed_bits, recipes, case_of)
+            # H-Scale named by the checkpoint's own report, without its h: the search cannot be
+            # re-derived and no faithful allowance makes RTN's bytes its bytes; the faithful
+            # certificate (two whole-layer diagnoses) is skipped for the format profile's
+            unreproducible = hint is not None and hint[0] == "hscale" and h is None
+            _certify(layer, arrays, observed_bits, recipes, case_of,
+                     faithful=not unreproducible)
         rtn = case_of(*RTN_RECIPE).expected_outputs()
     _quality(layer, weight, arrays, rtn, h, H)
 
@@ -197,7 +202,7 @@ def _exact_recipe(layer, arrays, observed_bits, recipes, case_of):
     return None
 
 
-def _certify(layer, arrays, observed_bits, recipes, case_of) -> None:
+def _certify(layer, arrays, observed_bits, recipes, case_of, faithful: bool = True) -> None:
     """Not exact: the faithful certificate, then the format profile, each tried with no
     allowance, then all, then only those used; else the findings of the format profile with
     every allowance (what is wrong whatever the layer's scale rule), preceded by what explains
@@ -222,7 +227,7 @@ def _certify(layer, arrays, observed_bits, recipes, case_of) -> None:
         minimal = diagnose(case, observed, profile=profile, allowances=used)
         return (minimal if minimal.ok else every), None
 
-    for method, init, ceiling in recipes:
+    for method, init, ceiling in (recipes if faithful else ()):
         case = case_of(method, init, ceiling)
         if isinstance(case.expected_outputs(), Rejection):
             continue
