@@ -33,7 +33,7 @@ def check_hessian(hessian, cols: int) -> np.ndarray:
     if H.shape != (cols, cols):
         raise ValueError(f"hessian: shape {H.shape}, expected ({cols}, {cols}) "
                          "(spec HSCALE-GPTQ-1)")
-    H = H.astype(np.float64)
+    H = np.asarray(H, dtype=np.float64)  # read only: no copy of a float64 H (n^2 x 8 bytes)
     check_hessian_diag(np.diag(H).copy(), cols)  # finite, >= 0 (NVFP4-IN-2)
     bad = ~np.isfinite(H)
     if bad.any():
@@ -60,8 +60,11 @@ def inverse_cholesky_factor(H: np.ndarray, damp: float) -> np.ndarray:
     mean_diag = float(np.mean(np.diag(damped)))
     damped[np.diag_indices_from(damped)] += damp * mean_diag
     inverse = np.linalg.inv(damped)
-    inverse = (inverse + inverse.T) / 2  # remove the asymmetry inv() leaves behind
-    return np.linalg.cholesky(inverse).T
+    del damped  # each n x n float64 copy freed as soon as it is done with (GPTQ's peak memory)
+    symmetric = inverse + inverse.T  # remove the asymmetry inv() leaves behind
+    del inverse
+    symmetric /= 2
+    return np.linalg.cholesky(symmetric).T
 
 
 def sweep_order(H: np.ndarray, act_order: bool) -> np.ndarray:
@@ -107,7 +110,8 @@ def gptq_quantize(weight, hessian, *, method="hscale", init="maxabs", K=DEFAULT_
     global_scale = resolve_global_scale(weight, global_scale, scale_ceiling)
     h = np.diag(H).copy()  # HSCALE-GPTQ-1: h = diag(H)
     order = sweep_order(H, act_order)
-    factor = inverse_cholesky_factor(H[np.ix_(order, order)], damp)  # in sweep order
+    # in sweep order (no reordered copy of H when the order is the columns' own)
+    factor = inverse_cholesky_factor(H[np.ix_(order, order)] if act_order else H, damp)
     # Work in sweep order: column k of ``remaining`` is input column order[k].
     remaining = weight.astype(np.float64)[:, order]
     position = np.empty(cols, dtype=np.intp)

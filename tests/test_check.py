@@ -85,6 +85,35 @@ def test_an_hscale_checkpoint_is_exact_given_the_same_h(tiny, hessians, tmp_path
     assert "format" in {layer.verdict for layer in without_h.layers}
 
 
+def test_a_gptq_checkpoint_is_judged_by_the_format_with_re_derivation_apart(tiny, hessians,
+                                                                             tmp_path):
+    """GPTQ moves codes away from the rounding of the original by design: judged by the format
+    clauses of the file (it conforms), re-derivation reported as a consistency figure; forced
+    to be re-derived like an RTN checkpoint it is flagged (what the figure replaces), and a
+    defect planted in it is still caught."""
+    from hscale.check import format_report
+    out = quantized(tiny, tmp_path / "gptq", pipeline="gptq", method="hscale",
+                    hessian=str(hessians))
+    report = check_checkpoint(out, original=tiny)
+    assert report.conforms, [p.render() for p in report.all_problems()][:3]
+    assert {layer.verdict for layer in report.layers} == {"error feedback"}
+    figures = report.totals()["consistency"]
+    assert figures["layers"] == 14 and 0 < figures["codes_as_rounded"] < 1
+    assert 0 <= figures["bytes_as_rtn"] <= 1
+    assert "made with error feedback (a consistency figure, not findings)" in \
+        format_report(report)
+    rederived = check_checkpoint(out, original=tiny, error_feedback=False)
+    assert not rederived.conforms and rederived.totals()["findings"] > 0
+    name = ATTENTION + "q_proj.weight_scale"
+
+    def nan_byte(tensors):
+        values = scale_bytes_of(tensors, name)
+        values[3, 5] = 0x7F
+        set_scale_bytes(tensors, name, values)
+    broken = check_checkpoint(planted(out, tmp_path / "broken", nan_byte), original=tiny)
+    assert (name, "NVFP4-E4M3-1") in named(broken) and not broken.conforms
+
+
 # -- planted defects ----------------------------------------------------------------------------
 
 def test_a_nan_scale_byte_is_named_with_its_group(checkpoints, tmp_path):

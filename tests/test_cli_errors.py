@@ -74,6 +74,8 @@ def inputs(tmp_path_factory) -> Path:
     (here / "binary.txt").write_bytes(bytes(range(128, 256)))
     (here / "a_file").write_text("")
     (here / "lonely.hex").write_text("// a set file without its .json\n")
+    (here / "records.jsonl").write_text('{"prompt": "a text under another name"}\n')
+    (here / "empty-dir").mkdir()
     return here
 
 
@@ -192,9 +194,22 @@ CASES = [
      "no such directory (the parent of --out)"),
     ("quantize-bad-pipeline", ["quantize", "--pipeline", "awq"], "invalid choice: 'awq'"),
     ("quantize-bad-format", ["quantize", "--format", "gguf"], "invalid choice: 'gguf'"),
-    ("quantize-missing-text", ["quantize", "--out", "{in}/q", "--calibration-text",
-                               "{in}/missing.txt"], "--calibration-text {in}/missing.txt: no such "
-                                                    "file"),
+    ("quantize-missing-data", ["quantize", "--out", "{in}/q", "--calibration-data",
+                               "{in}/missing.txt"], "--calibration-data {in}/missing.txt: no such "
+                                                    "file or directory"),
+    ("quantize-device-gpu", ["quantize", "--out", "{in}/q", "--device", "gpu"],
+     "--device gpu: one of cpu, cuda, cuda:N, auto"),
+    ("quantize-bad-sequential", ["quantize", "--sequential", "sometimes"],
+     "invalid choice: 'sometimes'"),
+    ("quantize-jsonl-without-field", ["quantize", "--out", "{in}/q", "--calibration-data",
+                                      "{in}/records.jsonl"],
+     "--calibration-data {in}/records.jsonl, line 1: no field 'text' (--text-field names the "
+     "field holding the text; this record has 'prompt')"),
+    ("quantize-empty-data-directory", ["quantize", "--out", "{in}/q", "--calibration-data",
+                                       "{in}/empty-dir"],
+     "--calibration-data {in}/empty-dir: a directory with no .txt, .jsonl or .json files"),
+    ("calibrate-device-gpu", ["calibrate", "--out", "{in}/h.safetensors", "--device", "gpu"],
+     "--device gpu: one of cpu, cuda, cuda:N, auto"),
     ("quantize-missing-hessian", ["quantize", "--out", "{in}/q", "--hessian", "{in}/h.st"],
      "--hessian {in}/h.st: no such file"),
     ("quantize-unreadable-hessian", ["quantize", "--out", "{in}/q", "--hessian",
@@ -292,6 +307,27 @@ def test_bench_on_a_named_backend_that_cannot_run_here(inputs, name):
     result = run(HSCALE + ["bench", "--backends", name], cwd=inputs)
     assert f"hscale bench: --backends {name}: cannot run here: " in error_line(result)
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("command", ["quantize", "calibrate"])
+def test_cuda_device_without_cuda_is_refused_before_any_model_is_loaded(inputs, command):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: --device cuda would run")
+    out = "{in}/q" if command == "quantize" else "{in}/h-cuda.safetensors"
+    result = run(HSCALE + [command, "--out", out.format(**{"in": inputs}), "--device", "cuda"],
+                 cwd=inputs)
+    line = error_line(result)
+    assert line.startswith(f"hscale {command}: --device cuda: no CUDA device here (torch "), line
+    assert result.stdout == ""
+
+
+def test_quantize_help_shows_the_default_backend_and_what_it_means_here(inputs):
+    from hscale.pipelines import AUTO_BACKEND_RULE
+    result = run(HSCALE + ["quantize", "--help"], cwd=inputs)
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    assert f"default auto: the fastest here, {AUTO_BACKEND_RULE}" in text, text
 
 
 def test_plot_without_matplotlib_says_how_to_install_it_before_the_work(inputs, tmp_path):

@@ -186,3 +186,21 @@ def test_quantize_weight_gptq_uses_the_backend_group_step(monkeypatch):
     assert calls == [True] * (W.shape[1] // 16)  # one search per group, all wide
     assert np.array_equal(got.codes, expected.codes)
     assert np.array_equal(got.scale_bytes, expected.scale_bytes)
+
+
+@pytest.mark.parametrize("backend_name", ["numpy", "torch"])
+def test_gptq_progress_moves_within_a_tensor_group_column_by_group_column(backend_name):
+    """``on_groups`` (the progress bar of ``hscale quantize --pipeline gptq``) is told the
+    weights of each group column as the sweep reaches it, and the result is unchanged."""
+    from hscale.pipelines import quantize_weight
+    if backend_name == "torch":
+        pytest.importorskip("torch")
+    W, H = gptq_layer(seed=4)
+    plain = quantize_weight(W, np.diag(H).copy(), pipeline="gptq", backend=backend_name,
+                            hessian=H)
+    told = []
+    counted = quantize_weight(W, np.diag(H).copy(), pipeline="gptq", backend=backend_name,
+                              hessian=H, on_groups=told.append)
+    assert told == [W.shape[0] * 16] * (W.shape[1] // 16)
+    assert np.array_equal(counted.codes, plain.codes)
+    assert np.array_equal(counted.scale_bytes, plain.scale_bytes)

@@ -347,7 +347,6 @@ def test_rtn_pipeline_quantizes_each_weight_once_and_checks_it_once(tiny, tiny_h
     the weight's finiteness is checked once (by the backend's validation), not also by the
     global scale's amax and by a second quantization."""
     import hscale.backends
-    from hscale.quantize.run import rtn_counterpart
     from hscale.reference import validation
     calls = {"quantize": 0, "finite": 0}
     backend = hscale.backends.get("numpy")
@@ -374,7 +373,7 @@ def test_the_rtn_comparison_is_rtn(tiny):
     """What the report compares with, for each pipeline, is RTN (max-abs init) at the result's
     s_g, bit for bit, whether encoded from the result's initial bytes or quantized."""
     from hscale.backends import get
-    from hscale.quantize.run import rtn_counterpart
+    from hscale.quantize.layer import rtn_counterpart
     source = SafetensorsModel(tiny)
     rng = np.random.default_rng(5)
     for name in [n for n in source.names() if n.endswith("proj.weight")][:4]:

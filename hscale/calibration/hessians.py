@@ -23,8 +23,40 @@ def save_hessians(path, h: dict, H: dict, facts: dict) -> None:
                                                      "facts": json.dumps(facts)})
 
 
-def load_hessians(path, modules: list[str], full: bool):
-    """({module: h}, {module: H}) for ``modules`` from an ``hscale calibrate`` file."""
+class _Lazy(dict):
+    """module -> array read from the file when asked (``get``), not before: a model's H do not
+    fit in memory together."""
+
+    def __init__(self, path, prefix: str, modules):
+        super().__init__()
+        self.path, self.prefix, self.modules = path, prefix, set(modules)
+
+    def get(self, module, default=None):
+        if module not in self.modules:
+            return default
+        from safetensors import safe_open
+        with safe_open(str(self.path), framework="numpy") as f:
+            return f.get_tensor(f"{self.prefix}{module}")
+
+    def __getitem__(self, module):
+        value = self.get(module)
+        if value is None:
+            raise KeyError(module)
+        return value
+
+    def __contains__(self, module):
+        return module in self.modules
+
+    def __len__(self):
+        return len(self.modules)
+
+    def __bool__(self):
+        return bool(self.modules)
+
+
+def load_hessians(path, modules: list[str], full: bool, lazy: bool = False):
+    """({module: h}, {module: H}) for ``modules`` from an ``hscale calibrate`` file; with
+    ``lazy`` each is read when its layer asks (``.get``)."""
     from safetensors import safe_open
     h, H = {}, {}
     try:
@@ -34,11 +66,14 @@ def load_hessians(path, modules: list[str], full: bool):
                 if f"h.{module}" not in names:
                     raise ValueError(f"--hessian {path}: no h for {module} (calibrated for "
                                      "another model or another ignore list?)")
+                if full and f"H.{module}" not in names:
+                    raise ValueError(f"--hessian {path}: no full H for {module}; gptq needs "
+                                     "it: hscale calibrate --full")
+            if lazy:
+                return _Lazy(path, "h.", modules), (_Lazy(path, "H.", modules) if full else {})
+            for module in modules:
                 h[module] = f.get_tensor(f"h.{module}")
                 if full:
-                    if f"H.{module}" not in names:
-                        raise ValueError(f"--hessian {path}: no full H for {module}; gptq needs "
-                                         "it: hscale calibrate --full")
                     H[module] = f.get_tensor(f"H.{module}")
     except ValueError:
         raise

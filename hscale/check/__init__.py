@@ -45,12 +45,19 @@ from .structure import config_problems, fused_set_problems, plausibility_problem
 __all__ = ["CheckReport", "check_checkpoint", "format_report", "write_report"]
 
 
-def check_checkpoint(checkpoint, original=None, hessian=None) -> CheckReport:
+def check_checkpoint(checkpoint, original=None, hessian=None, backend="auto",
+                     error_feedback: bool | None = None) -> CheckReport:
     """Check ``checkpoint`` (a directory), against the ``original`` model directory and
     ``hessian`` (an ``hscale calibrate`` file) when given. A checkpoint or input that cannot be
     read raises ``CheckpointError`` (one line naming the file); everything else it finds is in
-    the report."""
+    the report. ``backend`` re-derives the layers (``auto``: the fastest here, bit-identical to
+    the reference). ``error_feedback``: the codes come from GPTQ-like error feedback (None: as
+    the checkpoint's own records say: an hscale report naming the gptq pipeline, or an
+    llm-compressor recipe with a GPTQ modifier)."""
+    from hscale.backends import get
+    from hscale.pipelines import resolve_backend
     started = time.perf_counter()
+    fast = get(resolve_backend(backend)) if backend else None
     checkpoint = Path(checkpoint)
     detected, model, modules = open_checkpoint(checkpoint)
     layout = detected.layout
@@ -70,12 +77,21 @@ def check_checkpoint(checkpoint, original=None, hessian=None) -> CheckReport:
 
     sets = fused_sets(modules)
     set_amax = _fused_set_amax(source, sets) if source is not None else {}
-    hint = _recipe_hint(checkpoint)
+    hint, made_by = _recipe_hint(checkpoint)
+    if error_feedback is None:
+        error_feedback = made_by is not None
+    if error_feedback and source is not None:
+        report.notes.append(
+            f"the codes come from error feedback ({made_by or 'as --error-feedback says'}): "
+            "GPTQ moves codes away from the rounding of the original weights by design, so "
+            "they are judged by the format clauses of the file alone, and their re-derivation "
+            "is given as a consistency figure, not as findings")
     for module, tensors in modules.items():
         layer = LayerResult(module, dict(tensors), fused_with=sets[module])
         arrays = read_layer(model, layout, layer, linears)
         if arrays is not None and source is not None:
-            classify_layer(layer, arrays, source, hessians, set_amax, layout, hint)
+            classify_layer(layer, arrays, source, hessians, set_amax, layout, hint, fast,
+                           error_feedback)
         report.layers.append(layer)
 
     report.problems += fused_set_problems(report.layers, layout)
@@ -121,16 +137,27 @@ def _architecture(directory: Path):
         return None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def _recipe_hint(directory: Path) -> tuple | None:
-    """(method, init) from an hscale quantize report beside the checkpoint: tried first (the
-    layers must still reproduce exactly)."""
+def _recipe_hint(directory: Path) -> tuple:
+    """((method, init) from an hscale quantize report beside the checkpoint, or None: tried
+    first, with RTN; the layers must still reproduce exactly), (what says the codes come from
+    error feedback, or None): the report's gptq pipeline, or an llm-compressor recipe.yaml
+    with a GPTQ modifier."""
     from hscale.pipelines import PIPELINES
     from hscale.quantize.report import REPORT_NAME
+    hint = made_by = None
     try:
         request = json.loads((directory / REPORT_NAME).read_text())["request"]
-        return request["method"], PIPELINES[request["pipeline"]].init
+        hint = request["method"], PIPELINES[request["pipeline"]].init
+        if not PIPELINES[request["pipeline"]].rederivable:
+            made_by = f"{REPORT_NAME} names the {request['pipeline']} pipeline"
     except (OSError, ValueError, KeyError, TypeError):
-        return None
+        pass
+    try:
+        if "GPTQModifier" in (directory / "recipe.yaml").read_text():
+            made_by = "recipe.yaml names llm-compressor's GPTQModifier"
+    except (OSError, UnicodeDecodeError):
+        pass
+    return hint, made_by
 
 
 def _fused_set_amax(source: SafetensorsModel, sets: dict) -> dict:

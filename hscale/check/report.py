@@ -108,7 +108,19 @@ class CheckReport:
         clauses: Counter = Counter()
         for problem in self.all_problems():
             clauses[problem.finding.clause] += problem.count
+        consistency = {}
+        fed = [layer for layer in self.layers if "consistency_codes_as_rounded" in layer.stats]
+        if fed:
+            weights = sum(layer.stats["weights"] for layer in fed)
+            groups = sum(layer.stats["groups"] for layer in fed)
+            consistency = {
+                "layers": len(fed),
+                "codes_as_rounded": sum(layer.stats["consistency_codes_as_rounded"]
+                                        * layer.stats["weights"] for layer in fed) / weights,
+                "bytes_as_rtn": sum(layer.stats.get("consistency_bytes_as_rtn", 0.0)
+                                    * layer.stats["groups"] for layer in fed) / groups}
         return {"layers": len(self.layers), "verdicts": dict(verdicts), "recipes": dict(recipes),
+                "consistency": consistency,
                 "allowances": dict(allowances), "findings": sum(clauses.values()),
                 "findings_by_clause": dict(clauses),
                 "layers_with_findings": sum(1 for layer in self.layers if layer.problems),
@@ -177,6 +189,12 @@ def format_report(report: CheckReport, all_layers: bool = False) -> str:
         lines.append(f"({len(report.layers) - len(listed)} more layers, exact and without "
                      "findings, not listed; --all lists them)")
     lines.append(_totals_line(report, totals))
+    if totals["consistency"]:
+        figures = totals["consistency"]
+        lines.append(f"re-derivation of the {figures['layers']} layers made with error feedback "
+                     f"(a consistency figure, not findings): {100 * figures['codes_as_rounded']:.1f}% "
+                     "of codes are the rounding of the original weight at the stored byte, "
+                     f"{100 * figures['bytes_as_rtn']:.1f}% of scale bytes are RTN's")
     if have_quality:
         lines.append("diag(H) err, output err: the layer's sum_j h_j dW_ij^2 and "
                      "Tr(dW H dW^T), relative to RTN's at the same s_g")

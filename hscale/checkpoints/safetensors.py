@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import struct
@@ -144,16 +145,36 @@ class SafetensorsModel:
 
     def array(self, name: str) -> np.ndarray:
         """The tensor ``name`` as numpy, bit for bit: bfloat16 as ``ml_dtypes.bfloat16``, float8
-        as its uint8 bit patterns."""
+        as its uint8 bit patterns. Read straight into the array (one copy in memory)."""
         info = self.info[name]
-        begin, end = info.offsets
-        with open(self.file_of[name], "rb") as f:
+        out = np.empty(info.shape, dtype=numpy_dtype(info.dtype))
+        self._read_into(name, info.offsets[0], out.reshape(-1).view(np.uint8))
+        return out
+
+    def tensor(self, name: str, dtype=None, start: int | None = None, stop: int | None = None):
+        """The tensor ``name`` (or rows ``[start, stop)`` of it) as a torch tensor in its stored
+        dtype (float8 as float8), converted to ``dtype`` when given."""
+        import torch
+        info = self.info[name]
+        first, last = (0, info.shape[0]) if start is None else (start, min(stop, info.shape[0]))
+        shape = (last - first,) + info.shape[1:] if info.shape else ()
+        row_bytes = info.nbytes // info.shape[0] if info.shape and info.shape[0] else 0
+        raw = torch.empty(math.prod(shape) * ITEM_BYTES[info.dtype], dtype=torch.uint8)
+        self._read_into(name, info.offsets[0] + first * row_bytes, raw.numpy())
+        tensor = raw.view(torch_dtype(info.dtype)).reshape(shape)
+        return tensor if dtype is None or tensor.dtype == dtype else tensor.to(dtype)
+
+    def _read_into(self, name: str, begin: int, buffer: np.ndarray) -> None:
+        view = memoryview(buffer).cast("B")
+        with open(self.file_of[name], "rb", buffering=0) as f:
             f.seek(begin)
-            raw = f.read(end - begin)
-        if len(raw) != end - begin:
-            raise CheckpointError(f"{self.file_of[name]}: truncated, tensor {name!r} ends past "
-                                  "the end of the file")
-        return np.frombuffer(raw, dtype=numpy_dtype(info.dtype)).reshape(info.shape).copy()
+            done = 0
+            while done < len(view):
+                count = f.readinto(view[done:])
+                if not count:
+                    raise CheckpointError(f"{self.file_of[name]}: truncated, tensor {name!r} "
+                                          "ends past the end of the file")
+                done += count
 
 
 def numpy_dtype(code: str) -> np.dtype:
@@ -164,6 +185,16 @@ def numpy_dtype(code: str) -> np.dtype:
     if code.startswith("F8"):
         return np.dtype(np.uint8)
     return np.dtype(DTYPE_CODES[code])
+
+
+def torch_dtype(code: str):
+    """The torch dtype of a safetensors dtype code."""
+    import torch
+    return {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
+            "BF16": torch.bfloat16, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+            "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+            "U64": torch.uint64, "U32": torch.uint32, "U16": torch.uint16, "U8": torch.uint8,
+            "BOOL": torch.bool}[code]
 
 
 def _shard_names(count: int) -> list[str]:
@@ -234,6 +265,58 @@ class ShardWriter:
             self._open_shard(index)
         self.handle.write(data.reshape(-1).view(np.uint8).data)
         self.position += 1
+
+    def write_chunks(self, name: str, chunks) -> None:
+        """The next tensor of the plan from ``chunks``, arrays whose bytes, one after the other,
+        are the tensor's (C order): a tensor larger than memory written piece by piece."""
+        index, info = self.order[self.position]
+        if name != info.name:
+            raise RuntimeError(f"shard writer: expected tensor {info.name!r}, got {name!r}")
+        if index != self.current:
+            self._open_shard(index)
+        written = 0
+        for chunk in chunks:
+            data = np.ascontiguousarray(chunk).reshape(-1).view(np.uint8)
+            self.handle.write(data.data)
+            written += data.size
+        if written != info.nbytes:
+            raise RuntimeError(f"shard writer: {name!r} got {written} bytes, planned "
+                               f"{info.nbytes}")
+        self.position += 1
+
+    def flush(self) -> int:
+        """Everything written so far on disk (flushed and synced); returns how many tensors of
+        the plan that is, the position ``resume`` takes."""
+        if self.handle is not None:
+            self.handle.flush()
+            os.fsync(self.handle.fileno())
+        return self.position
+
+    def resume(self, position: int) -> None:
+        """Continue an interrupted write whose first ``position`` tensors are on disk (what
+        ``flush`` returned): the shard holding the next tensor is reopened and cut just before
+        it; the shards before it are complete."""
+        if not 0 <= position <= len(self.order):
+            raise RuntimeError(f"shard writer: cannot resume at tensor {position} of "
+                               f"{len(self.order)}")
+        self.position = position
+        if position == len(self.order) or position == 0:
+            return
+        index, info = self.order[position]
+        within = next(k for k, i in enumerate(self.shards[index]) if i.name == info.name)
+        if within == 0:  # the next tensor opens its shard: written afresh, header first
+            return
+        path = self.directory / self.file_names[index]
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+        offset = 8 + size + sum(i.nbytes for i in self.shards[index][:within])
+        if path.stat().st_size < offset:
+            raise RuntimeError(f"shard writer: {path} is shorter than the {position} tensors "
+                               "the resumed run says it wrote")
+        self.handle = open(path, "r+b")
+        self.handle.truncate(offset)
+        self.handle.seek(offset)
+        self.current = index
 
     def close(self) -> dict[str, str]:
         """Finish; returns the weight map (tensor -> file) and writes the index if sharded."""

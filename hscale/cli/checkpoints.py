@@ -11,7 +11,17 @@ def _check(args) -> int:
                          "weights")
     if args.json:
         check_output_file("--json", args.json)
-    report = check_checkpoint(args.checkpoint, original=args.original, hessian=args.hessian)
+    if args.backend != "auto":
+        from hscale.backends import get
+        try:
+            ok, why = get(args.backend).available()
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        if not ok:
+            raise UsageError(f"--backend {args.backend}: not available here: {why}")
+    report = check_checkpoint(args.checkpoint, original=args.original, hessian=args.hessian,
+                              backend=args.backend,
+                              error_feedback=True if args.error_feedback else None)
     print(format_report(report, all_layers=args.all))
     if args.json:
         write_report(report, args.json)
@@ -37,6 +47,7 @@ def _convert(args) -> int:
 
 def add_parsers(commands) -> None:
     from hscale.checkpoints import FORMATS
+    from hscale.pipelines import AUTO_BACKEND, AUTO_BACKEND_RULE
     check = commands.add_parser(
         "check", help="check an NVFP4 checkpoint made by any tool: structure and format, and "
                       "with --original each layer against the spec",
@@ -51,6 +62,15 @@ def add_parsers(commands) -> None:
                        help="h (and H) from hscale calibrate: H-Scale is then tried exactly, "
                             "and each layer's output error is compared with RTN's")
     check.add_argument("--json", metavar="REPORT", help="also write the report as JSON")
+    check.add_argument("--backend", default=AUTO_BACKEND,
+                       help=f"what re-derives the layers, bit-identical to the reference: numpy "
+                            f"(the reference), torch, torch-cuda, cupy; default {AUTO_BACKEND}: "
+                            f"{AUTO_BACKEND_RULE}")
+    check.add_argument("--error-feedback", action="store_true",
+                       help="the codes come from GPTQ-like error feedback (as an hscale report "
+                            "naming the gptq pipeline or an llm-compressor recipe with a GPTQ "
+                            "modifier says without this option): judged by the format clauses, "
+                            "re-derivation given as a consistency figure")
     check.add_argument("--all", action="store_true",
                        help="list every layer, however many (default: all up to 40, else "
                             "those with findings or not exact)")

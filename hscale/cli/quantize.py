@@ -9,17 +9,29 @@ from hscale.reference.constants import DEFAULT_K, DEFAULT_U
 from .args import EXIT_OK, require_models_extra, size
 
 def add_calibration_options(parser) -> None:
-    group = parser.add_argument_group("calibration (h = diag(X^T X), HSCALE-CAL-1)")
-    group.add_argument("--calibration-text", metavar="FILE",
-                       help="texts to calibrate on, one per line (default: the bundled text)")
+    group = parser.add_argument_group(
+        "calibration (h = diag(X^T X), HSCALE-CAL-1; decoders are calibrated block by block, "
+        "one block in memory)")
+    group.add_argument("--calibration-data", "--calibration-text", dest="calibration_text",
+                       metavar="PATH",
+                       help="what to calibrate on: a text file (one text per line), a JSONL file "
+                            "(one record per line, its --text-field), or a directory (a datasets "
+                            "save_to_disk directory, or text and JSONL files); default: the "
+                            "bundled text (101 short English texts, ~2,700 tokens: enough for "
+                            "MiniLM, not for an LLM, whose widest Linear has ~14,000 inputs)")
+    group.add_argument("--text-field", default="text",
+                       help="the JSONL field or dataset column holding the text (default text)")
     group.add_argument("--samples", type=int, default=512,
-                       help="how many texts of the file to use (default 512)")
+                       help="how many texts to use, the first N (default 512)")
     group.add_argument("--seq-len", type=int, default=256,
-                       help="tokens per text at most (default 256)")
-    group.add_argument("--batch-size", type=int, default=16, help="texts per forward pass")
+                       help="tokens per text at most (default 256: 512 x 256 = 131,072 tokens "
+                            "at most, more than any Linear's width)")
+    group.add_argument("--batch-size", type=int, default=16,
+                       help="texts per forward pass (default 16)")
     group.add_argument("--device", default=None,
-                       help="where the calibration forward runs: cpu (default), cuda, or auto "
-                            "(accelerate's device_map, for a model larger than one device)")
+                       help="where the calibration forward runs: cpu (default), cuda, cuda:N, "
+                            "or auto (a CUDA device if there is one; for a model that is not a "
+                            "decoder, accelerate's device_map)")
 
 
 def _request(args, **overrides):
@@ -27,8 +39,8 @@ def _request(args, **overrides):
     require_models_extra()
     values = dict(
         model_dir=args.model_dir, calibration_text=args.calibration_text,
-        samples=args.samples, seq_len=args.seq_len, batch_size=args.batch_size,
-        device=args.device, progress=not args.quiet)
+        text_field=args.text_field, samples=args.samples, seq_len=args.seq_len,
+        batch_size=args.batch_size, device=args.device, progress=not args.quiet)
     values.update(overrides)
     return QuantizeRequest(**values)
 
@@ -42,8 +54,11 @@ def _quantize(args) -> int:
                        ignore=ignore, hessian=args.hessian, damp=args.damp,
                        block_size=args.block_size, act_order=args.act_order,
                        static_groups=args.static_groups, max_shard_bytes=args.max_shard_size,
-                       force=args.force, report_errors=args.report_errors)
-    report = quantize_model(request)
+                       force=args.force, report_errors=args.report_errors,
+                       sequential=args.sequential, resume=not args.no_resume)
+    report = quantize_model(request, log=print)
+    if report.rank:  # under torchrun: process 0 reports for all
+        return EXIT_OK
     print(format_summary(report))
     print(f"\nwritten: {report.out} (report: {Path(report.out) / REPORT_NAME})")
     return EXIT_OK
@@ -62,7 +77,7 @@ def _calibrate(args) -> int:
 
 def add_parsers(commands) -> None:
     from hscale.checkpoints import FORMATS
-    from hscale.pipelines import PIPELINES
+    from hscale.pipelines import AUTO_BACKEND, AUTO_BACKEND_RULE, PIPELINES
     from hscale.reference.gptq import DEFAULT_BLOCK_SIZE, DEFAULT_DAMP
     from hscale.reference.validation import MODEL_METHODS as METHODS
     quantize = commands.add_parser(
@@ -82,8 +97,10 @@ def add_parsers(commands) -> None:
                           help="the scale byte: rtn keeps the initial byte, scale-only searches "
                                "with h = 1, hscale with h (default)")
     quantize.add_argument("--format", default="compressed-tensors", choices=FORMATS)
-    quantize.add_argument("--backend", default="numpy",
-                          help="numpy, torch, torch-cuda, cupy or module:factory")
+    quantize.add_argument("--backend", default=AUTO_BACKEND,
+                          help=f"numpy (the reference), torch, torch-cuda, cupy or "
+                               f"module:factory, every one bit-identical to the reference; "
+                               f"default {AUTO_BACKEND}: the fastest here, {AUTO_BACKEND_RULE}")
     quantize.add_argument("-K", type=int, default=DEFAULT_K,
                           help=f"window size (default {DEFAULT_K})")
     quantize.add_argument("-U", type=int, default=DEFAULT_U,
@@ -107,6 +124,14 @@ def add_parsers(commands) -> None:
                                "method does not need h")
     quantize.add_argument("--force", action="store_true",
                           help="replace an existing output directory")
+    quantize.add_argument("--sequential", choices=("auto", "never"), default="auto",
+                          help="auto (default): a decoder (a causal LM with a list of blocks) "
+                               "is calibrated and quantized block by block, one block in "
+                               "memory; never: the whole model at once (the path of every other "
+                               "model)")
+    quantize.add_argument("--no-resume", action="store_true",
+                          help="start afresh even where an interrupted run of the same command "
+                               "left its completed blocks (resumed by default)")
     quantize.add_argument("--quiet", action="store_true", help="no progress bars")
     add_calibration_options(quantize)
     quantize.set_defaults(func=_quantize)

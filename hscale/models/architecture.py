@@ -55,15 +55,34 @@ def architecture(directory) -> tuple:
     return cls, config
 
 
+def meta_model(directory):
+    """The model of a directory's config.json built on the meta device: its structure, no
+    weights read, no memory taken."""
+    import torch
+    cls, config = architecture(directory)
+    with torch.device("meta"), quiet_transformers():
+        return cls(config)
+
+
 def architecture_linears(directory: Path) -> dict[str, tuple[int, int]]:
     """{module name: (out, in)} of every nn.Linear of the model's architecture, built on the
     meta device from its config (no weights read)."""
     import torch
-    cls, config = architecture(directory)
-    with torch.device("meta"), quiet_transformers():
-        model = cls(config)
+    model = meta_model(directory)
     return {name: (module.out_features, module.in_features)
             for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
+
+
+def saved_tensor_shapes(model) -> dict[str, tuple[int, ...]]:
+    """{name: shape} of what transformers' ``save_pretrained`` writes for ``model`` (built on
+    meta will do): its state dict through the two steps save_pretrained applies, tied weights
+    removed and the load-time conversions reverted (fused MoE experts written per expert, 2-D;
+    Mixtral's ``mlp`` renamed ``block_sparse_moe``)."""
+    from transformers.core_model_loading import revert_weight_conversion
+    from transformers.modeling_utils import remove_tied_weights_from_state_dict
+    state = remove_tied_weights_from_state_dict(model.state_dict(), model)
+    state = revert_weight_conversion(model, state)
+    return {name: tuple(tensor.shape) for name, tensor in state.items()}
 
 
 def linear_layers(model, *, include_tied: bool = True) -> List[Tuple[str, Any]]:

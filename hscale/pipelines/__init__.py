@@ -57,13 +57,30 @@ def pipeline_named(name: str) -> Pipeline:
     return PIPELINES[name]
 
 
+class _Counting:
+    """A group quantizer that reports each group column GPTQ's sweep reaches (``on_groups``
+    gets the weights it covers) and otherwise is the one it wraps: progress within a tensor."""
+
+    def __init__(self, inner, on_groups):
+        self.inner, self.on_groups = inner, on_groups
+
+    def prepare(self, options):
+        return self.inner.prepare(options)
+
+    def select_bytes(self, groups, h, s_g, options, context):
+        chosen = self.inner.select_bytes(groups, h, s_g, options, context)
+        self.on_groups(int(groups.shape[0]) * 16)
+        return chosen
+
+
 def quantize_weight(weight, hessian_diag=None, *, pipeline="rtn", method="hscale",
                     backend="numpy", hessian=None, global_scale=None, K=DEFAULT_K, U=DEFAULT_U,
                     damp=DEFAULT_DAMP, block_size=DEFAULT_BLOCK_SIZE, act_order=False,
-                    static_groups=False):
+                    static_groups=False, on_groups=None):
     """One weight (a numpy array, or a torch tensor of float32, float16 or bfloat16, taken bit
     for bit) quantized by a pipeline; h (or the full H for gptq) as numpy or torch. Returns the
-    reference's ``QuantizedWeight``."""
+    reference's ``QuantizedWeight``. ``on_groups(weights)``: called as GPTQ's sweep reaches each
+    group column (progress within a tensor)."""
     from hscale.backends import get
     weight = as_numpy(weight)
     hessian_diag = None if hessian_diag is None else as_numpy(hessian_diag)
@@ -75,11 +92,14 @@ def quantize_weight(weight, hessian_diag=None, *, pipeline="rtn", method="hscale
         # The sweep is the reference's; a backend that offers one chooses each group's bytes
         # (bit-identical, faster), the others leave that to the reference too.
         group_quantizer = getattr(quantizer, "group_quantizer", None)
+        group_quantizer = group_quantizer() if group_quantizer else None
+        if on_groups is not None:
+            from hscale.reference import Quantizer
+            group_quantizer = _Counting(group_quantizer or Quantizer(), on_groups)
         return gptq_quantize(weight, as_numpy(hessian), method=method, init=chosen.init, K=K,
                              U=U, scale_ceiling=chosen.scale_ceiling, global_scale=global_scale,
                              damp=damp, block_size=block_size, act_order=act_order,
-                             static_groups=static_groups,
-                             group_quantizer=group_quantizer() if group_quantizer else None)
+                             static_groups=static_groups, group_quantizer=group_quantizer)
     return quantizer.quantize(weight, hessian_diag if method == "hscale" else None, method=method,
                               init=chosen.init, K=K, U=U, scale_ceiling=chosen.scale_ceiling,
                               global_scale=global_scale)
@@ -98,3 +118,27 @@ def as_numpy(value):
     if tensor.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
         return tensor.view(torch.uint8).numpy()
     return tensor.numpy()
+
+
+#: ``--backend auto``: the fastest backend bit-identical to the reference that runs here.
+AUTO_BACKEND = "auto"
+AUTO_BACKEND_RULE = ("torch-cuda where a CUDA device is, torch on the CPU where torch imports, "
+                     "else numpy (the reference)")
+
+
+def default_backend() -> str:
+    """The backend ``auto`` means on this machine (``AUTO_BACKEND_RULE``): every one of them
+    gives the reference's bytes (the conformance suite runs each against it)."""
+    import importlib.util
+    if importlib.util.find_spec("torch") is None:
+        return "numpy"
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - a broken install
+        return "numpy"
+    return "torch-cuda" if torch.cuda.is_available() else "torch"
+
+
+def resolve_backend(name: str) -> str:
+    """``name``, or what ``auto`` means here."""
+    return default_backend() if name == AUTO_BACKEND else name

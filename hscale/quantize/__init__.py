@@ -1,20 +1,27 @@
 """``hscale quantize`` and ``hscale calibrate``: a Hugging Face model directory in, an NVFP4
 checkpoint an engine loads out (docs/quantize.md).
 
-- ``request``: what is asked, every option checked before any work;
-- ``plan``: which Linears are quantized (and why the others are not), the fused sets sharing a
-  global scale, the output's tensors;
-- ``calibrate``: h (and H for GPTQ) of the planned Linears from the calibration text, and the
-  file ``hscale calibrate`` writes;
-- ``run``: the model loop: read, quantize by the pipeline, write, tensor by tensor;
-- ``report``: the per-layer errors against RTN, the totals, what was not quantized.
+- ``request``: what is asked, every option checked before any work (``--device`` included);
+- ``plan``: which matmul weights are quantized (Linears and MoE experts) and why the others
+  are not, what every other stored tensor is, the fused sets sharing a global scale, the
+  output's tensors and their order;
+- ``calibrate``: the calibration data, and the whole-model calibration (h, and H for GPTQ),
+  and the file ``hscale calibrate`` writes;
+- ``run``: the plan, then one of two paths: ``sequential`` (decoders, block by block, with
+  ``blocks``: the calibration of one block at a time; ``resume``: an interrupted run goes on;
+  ``distributed``: torchrun) or ``whole`` (any other model, or statistics from a file);
+- ``layer``: one weight quantized, its report entry;
+- ``progress``: blocks, tensors, ETA;
+- ``report``: the header, the per-layer errors against RTN, the totals, what was not
+  quantized and why.
 """
 
 from .calibrate import calibrate, calibrate_to_file, calibration_texts
 from .plan import LayerPlan, output_tensors, plan_layers
 from .report import REPORT_NAME, QuantizeReport, format_summary, summarize
 from .request import QuantizeRequest, check_request, model_directory, needs_calibration
-from .run import quantize_model, set_global_scale, tensor_amax
+from .layer import set_global_scale, tensor_amax
+from .run import quantize_model
 
 __all__ = ["REPORT_NAME", "LayerPlan", "QuantizeReport", "QuantizeRequest", "calibrate",
            "calibrate_to_file", "calibration_texts", "check_request", "format_summary",

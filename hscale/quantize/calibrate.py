@@ -4,45 +4,76 @@ full H for GPTQ) of every Linear to be quantized, from a forward pass over the c
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from hscale.calibration import calibration_texts as bundled
 from hscale.calibration import collect_hessian, collect_hessian_diag, save_hessians, text_batches
+from hscale.calibration.sources import read_texts
 from hscale.checkpoints import SafetensorsModel
-from hscale.models.architecture import architecture, architecture_linears
+from hscale.models.architecture import architecture, meta_model
+from hscale.models.inventory import inventory
 from hscale.models.loading import quiet_transformers
 
 from .plan import plan_layers
-from .request import QuantizeRequest, model_directory
+from .request import QuantizeRequest, check_calibration_data, check_device, model_directory
 
 
 def calibration_texts(request: QuantizeRequest) -> list[str]:
+    """The calibration texts: ``--calibration-data`` (a text, JSONL or dataset directory,
+    ``hscale.calibration.sources``) or the bundled text, the first ``--samples`` of them."""
     if request.calibration_text is None:
-        texts = bundled()
-    else:
-        lines = Path(request.calibration_text).read_text(encoding="utf-8").splitlines()
-        texts = [t.strip() for t in lines if t.strip() and not t.lstrip().startswith("#")]
-        if not texts:
-            raise ValueError(f"--calibration-text {request.calibration_text}: no texts in it")
-    return texts[:request.samples]
+        return bundled()[:request.samples]
+    return read_texts(request.calibration_text, request.text_field, request.samples)
 
 
-def calibrate(directory: Path, modules: list[str], request: QuantizeRequest, full: bool,
-              texts: list[str] | None = None):
-    """({module: h}, {module: H} or {}, facts) from a forward pass over the calibration text
-    (or ``texts``)."""
-    import torch
+def load_tokenizer(directory: Path):
     import transformers
-    texts = calibration_texts(request) if texts is None else texts
-    cls, _ = architecture(directory)
     with quiet_transformers():
         try:
             tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
         except Exception as exc:  # noqa: BLE001 - any failure: the directory has no tokenizer
             raise ValueError(f"{directory}: no tokenizer to calibrate with ({exc}); pass "
                              "--hessian with h from hscale calibrate") from None
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def calibration_batches(directory: Path, request: QuantizeRequest, texts=None):
+    """``(batches, facts)``: the calibration texts tokenized in batches of ``--batch-size``,
+    each truncated to ``--seq-len`` tokens, as a list; facts: texts, batches, tokens (not
+    padding), seq_len."""
+    texts = calibration_texts(request) if texts is None else texts
+    batches = list(text_batches(load_tokenizer(directory), texts, request.batch_size,
+                                request.seq_len))
+    tokens = sum(int(b["attention_mask"].sum()) for b in batches)
+    return batches, {"texts": len(texts), "batches": len(batches), "seq_len": request.seq_len,
+                     "tokens": tokens}
+
+
+def width_warnings(plans, tokens: int) -> list[str]:
+    """One line naming the planned Linears wider than the calibration's token count: their h
+    rests on fewer tokens than inputs, and GPTQ's H = X^T X is singular (rank <= tokens)."""
+    wide = [p for p in plans if p.quantize and not p.expert and p.cols > tokens]
+    if not wide:
+        return []
+    widest = max(wide, key=lambda p: p.cols)
+    return [f"calibration: {tokens:,} tokens, fewer than the input width of {len(wide)} "
+            f"Linear(s) (widest: {widest.module}, {widest.cols:,} inputs): their h rests on "
+            "fewer tokens than inputs and GPTQ's H is singular; give more calibration data "
+            "(--calibration-data, --samples, --seq-len)"]
+
+
+def calibrate(directory: Path, modules: list[str], request: QuantizeRequest, full: bool,
+              texts: list[str] | None = None):
+    """({module: h}, {module: H} or {}, facts) from a forward pass of the whole model over the
+    calibration text (or ``texts``)."""
+    import torch
+    texts = calibration_texts(request) if texts is None else texts
+    cls, _ = architecture(directory)
+    tokenizer = load_tokenizer(directory)
+    with quiet_transformers():
         options = dict(dtype=torch.float32)
         if request.device == "auto":
             options["device_map"] = "auto"  # accelerate's offload across devices
@@ -78,13 +109,82 @@ def calibrate_to_file(request: QuantizeRequest, path, *, full: bool, force: bool
         value = getattr(request, name)
         if value < 1:
             raise ValueError(f"--{name.replace('_', '-')} {value}: must be a positive integer")
-    if request.calibration_text is not None and not Path(request.calibration_text).is_file():
-        raise ValueError(f"--calibration-text {request.calibration_text}: no such file")
+    check_calibration_data(request)
+    check_device(request.device)
     directory = model_directory(request)
-    plans = plan_layers(SafetensorsModel(directory), architecture_linears(directory),
-                        request.ignore)
+    source = SafetensorsModel(directory)
+    model = meta_model(directory)
+    found = inventory(directory, model)
+    plans = plan_layers(source, found.matmuls(), request.ignore, found.tied)
     modules = [p.module for p in plans if p.quantize]
+    if found.block_prefix is not None and request.sequential == "auto":
+        return _calibrate_blocks(path, directory, source, model, found, plans, request, full)
+    refuse_whole_moe(plans)
     h, H, facts = calibrate(directory, modules, request, full)
     facts["layers"] = len(modules)
     save_hessians(path, h, H, facts)
     return facts
+
+
+def refuse_whole_moe(plans) -> None:
+    """MoE experts are calibrated from their routed tokens block by block only."""
+    experts = [p.module for p in plans if p.quantize and p.expert]
+    if experts:
+        raise ValueError(f"{experts[0]}: MoE experts are calibrated block by block (their h from "
+                         "the tokens routed to each); --sequential never calibrates the whole "
+                         "model and cannot: leave --sequential auto, or pass --hessian")
+
+
+def _calibrate_blocks(path: Path, directory, source, model, found, plans, request, full):
+    """``hscale calibrate`` of a decoder, block by block (one block in memory), each block's h
+    (and H) written to the file as the block is done (the file's layout planned first)."""
+    import os
+    import shutil
+    from hscale import __version__
+    from hscale.checkpoints import ShardWriter, TensorInfo
+    from .blocks import BlockCalibration
+    from .distributed import Ranks
+    from .plan import block_order
+    from .progress import Progress
+    batches, facts = calibration_batches(directory, request)
+    facts.update(layers=sum(p.quantize for p in plans), full_hessian=bool(full),
+                 path="block by block")
+    planned = {f"{p.module}.weight": p for p in plans if p.quantize}
+    groups = [[planned[n] for n in group if n in planned]
+              for group in block_order(source, plans, found)]
+    infos = [TensorInfo(f"{kind}.{p.module}", "F64", (p.cols,) if kind == "h" else (p.cols,) * 2)
+             for group in groups for p in group for kind in ("h", "H")[:1 + bool(full)]]
+    temporary = path.absolute().parent / f".{path.name}.tmp-{os.getpid()}"
+    temporary.mkdir()
+    try:
+        writer = ShardWriter(temporary, infos, 1 << 62, {
+            "producer": f"hscale-nvfp4 {__version__}", "facts": json.dumps(facts)})
+        progress = Progress(request.progress, sum(p.weights for p in planned.values()),
+                            found.blocks)
+        calibration = BlockCalibration(directory, source, model, batches, request, Ranks(),
+                                       progress)
+        calibration.start()
+        for index in range(found.blocks):
+            progress.block(index, "calibrating")
+            h, H, _, _ = calibration.run_block(index, full)
+            _write_statistics(writer, groups[1 + index], h, H, full)
+            progress.advance(sum(p.weights for p in groups[1 + index]))
+        if groups[-1]:
+            h, H, _ = calibration.head_statistics(found.head, full)
+            _write_statistics(writer, groups[-1], h, H, full)
+        progress.close()
+        writer.close()
+        os.replace(temporary / "model.safetensors", path)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+    return facts
+
+
+def _write_statistics(writer, plans, h, H, full) -> None:
+    import numpy as np
+    for plan in plans:
+        writer.write(f"h.{plan.module}", np.asarray(h.get(plan.module, np.zeros(plan.cols)),
+                                                    np.float64))
+        if full:
+            writer.write(f"H.{plan.module}", np.asarray(
+                H.get(plan.module, np.zeros((plan.cols, plan.cols))), np.float64))

@@ -22,6 +22,32 @@ class QuantizeReport:
     seconds: dict = field(default_factory=dict)
     calibration: dict = field(default_factory=dict)
     summary: dict = field(default_factory=dict)
+    kept: list = field(default_factory=list)  # every stored tensor kept as stored, and why
+    warnings: list = field(default_factory=list)
+    path: str = ""  # "block by block" or "whole model" (on N processes)
+    rank: int = 0  # under torchrun: this process's (only process 0's report is complete)
+
+
+#: Tensors named per reason in the summary; the rest counted.
+NAMED = 3
+
+
+def header_line(report: QuantizeReport, plans, inventory, backend: str, asked: str, rule: str,
+                world: int) -> str:
+    """What the run is about to do, in one line: source, output, pipeline, method, format, the
+    backend (and what ``auto`` meant), the path, the weights to quantize."""
+    request = report.request
+    quantized = [p for p in plans if p.quantize]
+    weights = sum(p.weights for p in quantized)
+    how = f"{backend} (auto: {rule})" if asked == "auto" else backend
+    path = report.path + (f", {inventory.blocks} blocks"
+                          if report.path.startswith("block by block") else "")
+    experts = sum(1 for p in quantized if p.expert)
+    return (f"hscale quantize {report.source} -> {report.out}: pipeline {request['pipeline']}, "
+            f"method {request['method']}, format {request['format']}, backend {how}; {path}"
+            + f"; {len(quantized)} weights to quantize ({weights / 1e6:,.1f} M parameters"
+            + (f", {experts} expert matrices" if experts else "") + f"), "
+            f"{len(report.kept)} tensors kept as stored")
 
 
 def format_summary(report: QuantizeReport) -> str:
@@ -52,17 +78,61 @@ def format_summary(report: QuantizeReport) -> str:
     if summary.get("shifts"):
         lines.append("shifts chosen (delta: groups): " + ", ".join(
             f"{k:+d}: {v}" for k, v in summary["shifts"].items()))
-    for entry in report.skipped:
-        lines.append(f"not quantized: {entry['module']}: {entry['reason']}")
+    lines += _kept_lines(report)
+    experts = [layer for layer in report.layers if layer.get("expert")]
+    if experts:
+        lines.append(_experts_line(report))
+        for layer in experts:
+            if layer.get("fallback") and layer["module"].endswith(("gate_proj", "w1")):
+                lines.append(f"expert {layer['module'].rsplit('.', 1)[0]}: {layer['fallback']}")
+    for layer in report.layers:
+        if layer.get("fallback") and not layer.get("expert"):
+            lines.append(f"{layer['module']}: {layer['fallback']}")
+    for warning in report.warnings:
+        lines.append(f"warning: {warning}")
     cosine = summary.get("embedding_cosine_heldout")
     if cosine:
         lines.append(f"sentence embeddings on {cosine['texts']} held-out texts, cosine to fp32: "
                      f"mean {cosine['dequantize']['mean']:.5f} (min "
                      f"{cosine['dequantize']['min']:.5f})")
     seconds = report.seconds
-    lines.append(f"time: calibration {seconds.get('calibration', 0):.1f} s, quantization "
-                 f"{seconds.get('quantize', 0):.1f} s, total {seconds.get('total', 0):.1f} s")
+    calibration = (f"calibration {seconds['calibration']:.1f} s" if "calibration" in seconds
+                   else "no calibration (not needed)")
+    facts = report.calibration
+    if facts.get("tokens"):
+        calibration += f" ({facts['texts']} texts, {facts['tokens']:,} tokens)"
+    lines.append(f"time: {calibration}, quantization {seconds.get('quantize', 0):.1f} s"
+                 + (f" (search {seconds['search']:.1f} s, errors for this report "
+                    f"{seconds['errors']:.1f} s)" if "search" in seconds else "")
+                 + (f", writing {seconds['write']:.1f} s" if "write" in seconds else "")
+                 + f", total {seconds.get('total', 0):.1f} s ({report.path})")
     return "\n".join(lines)
+
+
+def _kept_lines(report: QuantizeReport) -> list[str]:
+    """What was not quantized, grouped by reason: the Linears and experts one line each (up to
+    NAMED per reason), the other tensors counted per kind."""
+    lines = []
+    by_reason: dict = {}
+    for entry in report.kept:
+        by_reason.setdefault(entry["reason"], []).append(entry["name"])
+    for entry in report.skipped:  # Linears not stored (a tied head) are in no kept entry
+        name = entry["module"] + ".weight"
+        if not any(name in names for names in by_reason.values()):
+            by_reason.setdefault(entry["reason"], []).append(entry["module"])
+    for reason, names in by_reason.items():
+        shown = ", ".join(names[:NAMED]) + (f" and {len(names) - NAMED} more"
+                                            if len(names) > NAMED else "")
+        lines.append(f"not quantized: {shown}: {reason}")
+    return lines
+
+
+def _experts_line(report: QuantizeReport) -> str:
+    s = report.summary
+    return (f"experts: {s.get('experts', 0)} quantized (each its gate, up and down), "
+            f"{s.get('never_routed', 0)} never routed to by the calibration data; tokens routed "
+            f"to the others: min {s.get('tokens_min', 0)}, median {s.get('tokens_median', 0)}, "
+            f"max {s.get('tokens_max', 0)}")
 
 
 def summarize(layers: list[dict]) -> dict:
@@ -78,18 +148,3 @@ def summarize(layers: list[dict]) -> dict:
             "diag_error_vs_rtn": mean_ratio("diag_error"),
             "output_error_vs_rtn": mean_ratio("output_error"),
             "shifts": dict(sorted(shifts.items()))}
-
-
-class _NoBar:
-    def update(self, n):
-        pass
-
-    def close(self):
-        pass
-
-
-def _progress(total: int, enabled: bool):
-    if not enabled:
-        return _NoBar()
-    from tqdm import tqdm
-    return tqdm(total=total, desc="quantize", unit="tensor")

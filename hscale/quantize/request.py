@@ -23,11 +23,12 @@ class QuantizeRequest:
     pipeline: str = "rtn"
     method: str = "hscale"
     format: str = "compressed-tensors"
-    backend: str = "numpy"
+    backend: str = "auto"  # the fastest exact backend here (hscale.pipelines.default_backend)
     K: int = DEFAULT_K
     U: int = DEFAULT_U
     ignore: tuple[str, ...] = DEFAULT_IGNORE
-    calibration_text: str | None = None  # a file, one text per line; None: the bundled text
+    calibration_text: str | None = None  # a text, JSONL or dataset directory; None: bundled
+    text_field: str = "text"  # the field of a JSONL record or dataset column holding the text
     samples: int = 512
     seq_len: int = 256
     batch_size: int = 16
@@ -41,6 +42,33 @@ class QuantizeRequest:
     progress: bool = True
     device: str | None = None  # calibration device ("cpu", "cuda", "auto" for accelerate)
     report_errors: bool = False  # calibrate for the H-weighted errors even when not needed
+    sequential: str = "auto"  # "auto": block by block for decoders; "never": the whole model
+    resume: bool = True  # adopt an interrupted run's partial output (same command)
+
+
+#: What ``--device`` takes.
+DEVICES = ("cpu", "cuda", "cuda:N", "auto")
+
+
+def check_device(device) -> None:
+    """``--device``: one of DEVICES, and CUDA only where a CUDA device is (said before any model
+    is loaded)."""
+    if device in (None, "cpu", "auto"):
+        return
+    text = str(device)
+    if text != "cuda" and not (text.startswith("cuda:") and text[5:].isdigit()):
+        raise ValueError(f"--device {text}: one of {', '.join(DEVICES)}")
+    try:
+        import torch
+    except ImportError:
+        raise ValueError(f"--device {text}: torch is not installed") from None
+    if not torch.cuda.is_available():
+        raise ValueError(f"--device {text}: no CUDA device here (torch {torch.__version__}, "
+                         f"CUDA {'built in' if torch.version.cuda else 'not built in'}); "
+                         "calibrate on the CPU (--device cpu, the default)")
+    if text.startswith("cuda:") and int(text[5:]) >= torch.cuda.device_count():
+        raise ValueError(f"--device {text}: there are {torch.cuda.device_count()} CUDA devices "
+                         "here")
 
 
 def check_request(request: QuantizeRequest) -> None:
@@ -59,8 +87,10 @@ def check_request(request: QuantizeRequest) -> None:
         raise ValueError("--static-groups: only the gptq pipeline has groups to fix up front")
     if request.act_order and request.pipeline != "gptq":
         raise ValueError("--act-order: only the gptq pipeline has a column order")
-    if request.calibration_text is not None and not Path(request.calibration_text).is_file():
-        raise ValueError(f"--calibration-text {request.calibration_text}: no such file")
+    check_calibration_data(request)
+    check_device(request.device)
+    if request.sequential not in ("auto", "never"):
+        raise ValueError(f"--sequential {request.sequential!r}: auto or never")
     if request.hessian is not None:
         if not Path(request.hessian).is_file():
             raise ValueError(f"--hessian {request.hessian}: no such file")
@@ -70,10 +100,24 @@ def check_request(request: QuantizeRequest) -> None:
             raise ValueError(f"--hessian {request.hessian}: unreadable, not an hscale "
                              f"calibrate file ({exc})") from None
     from hscale.backends import get
-    backend = get(request.backend)
+    from hscale.pipelines import resolve_backend
+    backend = get(resolve_backend(request.backend))
     ok, why = backend.available()
     if not ok:
         raise ValueError(f"--backend {request.backend}: not available here: {why}")
+
+
+def check_calibration_data(request: QuantizeRequest) -> None:
+    """``--calibration-data`` read before any model is (its first ``--samples`` texts), so that
+    a wrong path, format or field is said in one line before any work."""
+    if request.calibration_text is None:
+        return
+    if not Path(request.calibration_text).exists():
+        raise ValueError(f"--calibration-data {request.calibration_text}: no such file or "
+                         "directory")
+    if request.hessian is None and (needs_calibration(request) or request.report_errors):
+        from hscale.calibration.sources import read_texts
+        read_texts(request.calibration_text, request.text_field, request.samples)
 
 
 def needs_calibration(request: QuantizeRequest) -> bool:

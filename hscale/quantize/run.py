@@ -3,189 +3,159 @@
 The steps (docs/quantize.md has the user's view):
 
 1. **Plan** from the source's safetensors headers and the model's structure (its architecture
-   built on the meta device, no weights read): every ``nn.Linear`` whose weight is stored is
-   quantized unless the ignore list names it (default ``lm_head``; embeddings and norms are not
-   Linears) or its input size is not a multiple of 16 (left as it is, and listed). Linears fused
-   by engines (q/k/v, gate/up, MoE w1/w3) form sets that share one global scale.
-2. **Calibrate** (H-Scale and GPTQ only): ``h = diag(X^T X)`` per Linear input
-   (HSCALE-CAL-1, ``hscale.calibration``), the full ``H`` for GPTQ (and for the quality report
-   when it fits in memory); or read from ``--hessian`` (``hscale calibrate``'s file).
-3. **Quantize and write**, tensor by tensor straight from the source shards into the output
-   shards (``hscale.checkpoints``): each fused set's s_g from the largest amax of the set
-   (NVFP4-GS-1), every block scale computed with that s_g (never rescaled afterwards), the
-   pipeline's quantizer (RTN and 4over6 through the chosen backend, GPTQ through
-   ``hscale.reference.gptq_quantize``, its group step through the backend's
-   ``group_quantizer`` where it has one), the result stored in the chosen format. Memory holds the
-   tensor being quantized, not the model (the RTN path reads nothing else).
-4. **Report**: per layer the weight MSE, the H-weighted error (the diagonal proxy, and the full
-   calibration output error ``Tr(dW G dW^T)`` when G is at hand) relative to RTN at the same
-   s_g, and the histogram of the chosen shifts; saved as ``quantization_report.json`` in the
-   output.
+   built on the meta device, no weights read; ``plan``): every matmul weight whose weight is
+   stored (each ``nn.Linear``, and each MoE expert's gate, up and down matrix, 2-D on disk
+   whatever the module tree fuses) is quantized unless the ignore list names it (default
+   ``lm_head``) or its input size is not a multiple of 16; every other stored tensor is kept
+   as stored and said why (embeddings, norms, routers, biases; a tied head is not stored and
+   is named in the ignore list). Linears engines fuse (q/k/v, gate/up, each expert's w1/w3)
+   share one global scale.
+2. **Calibrate and quantize.** A decoder (``hscale.models.decoder``) goes **block by block**
+   (``sequential``): one block materialised at a time from the safetensors, run on the
+   calibration batches, its statistics collected, its weights quantized and written, freed;
+   memory holds one block, whatever the depth; an interrupted run resumes from its last
+   completed block; ``torchrun`` spreads the batches and the searches over processes. Any other
+   model (the bundled MiniLM encoder) goes **whole** (``whole``): calibrated by one forward pass
+   of the whole model in float32 when the method needs it, then quantized and written tensor by
+   tensor in the source's order. With ``--hessian`` (``hscale calibrate``'s file) nothing is
+   calibrated and every model goes the whole way, h and H read layer by layer.
+3. **Report**: per layer the weight MSE and the H-weighted errors against RTN at the same s_g,
+   the calibration tokens each expert saw, what was kept and why, the time of each phase
+   (``report``); saved as ``quantization_report.json`` in the output.
 
 The output is written to a hidden directory beside ``out`` and renamed when complete.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections import Counter
 from dataclasses import asdict
-
-import numpy as np
+from types import SimpleNamespace
 
 from hscale import __version__
-from hscale.calibration import load_hessians
-from hscale.checkpoints import SafetensorsModel, ShardWriter, copy_side_files, layout_named
-from hscale.evaluation.quality import layer_quality
-from hscale.files import OutputDirectory
-from hscale.models.architecture import architecture_linears
-from hscale.pipelines import PIPELINES, quantize_weight
-from hscale.reference import GROUP_SIZE, QuantizedWeight, compute_global_scale
-from hscale.reference.quantize import encode_groups
-from hscale.reference.validation import WEIGHT_DTYPES, check_weight_finite
+from hscale.checkpoints import SafetensorsModel, copy_side_files, layout_named
+from hscale.models.architecture import meta_model
+from hscale.models.inventory import inventory
+from hscale.pipelines import AUTO_BACKEND_RULE, resolve_backend
 
-from .calibrate import calibrate
-from .plan import output_tensors, plan_layers
-from .report import REPORT_NAME, QuantizeReport, _progress, summarize
+from .calibrate import calibration_batches, width_warnings
+from .distributed import Ranks
+from .plan import ignore_list, kept_tensors, plan_layers
+from .progress import Progress
+from .report import REPORT_NAME, QuantizeReport, header_line, summarize
 from .request import QuantizeRequest, check_request, model_directory, needs_calibration
+from .resume import HiddenStore, ResumableOutput, TermAsInterrupt, fingerprint
+
+#: Options that do not change the output (left out of a resumable run's fingerprint).
+NOT_IN_FINGERPRINT = ("force", "progress", "resume", "out")
 
 
-FULL_HESSIAN_BUDGET = 2 << 30  # bytes of float64 G kept for the report when not needed by GPTQ
-
-
-def set_global_scale(members, weight_of, layout, ceiling: float) -> np.float32:
-    """The one s_g of a fused set (NVFP4-CKPT-3): NVFP4-GS-1 from the largest amax of its
-    members (``weight_of(module)`` gives each weight), as ``layout`` can store it."""
-    amax = max(tensor_amax(f"{m}.weight", weight_of(m)) for m in members)
-    return layout_named(layout).writable_global_scale(compute_global_scale(amax, ceiling))
-
-
-#: Rows encoded at once where a layer's codes are recomputed (bounds the float64 copies).
-ROWS_PER_BLOCK = 1024
-
-
-def tensor_amax(name: str, weight: np.ndarray) -> float:
-    """max |w| of a stored weight. A NaN or an infinity makes it non-finite (max and min carry
-    them), and only then is the weight searched for the first bad element, so that the message
-    names the tensor and the index (NVFP4-IN-1) without a second pass over every finite weight."""
-    amax = max(float(np.max(weight)), -float(np.min(weight)))
-    if not np.isfinite(amax):
-        try:
-            check_weight_finite(weight)
-        except ValueError as exc:
-            raise ValueError(f"{name}: {exc}") from None
-    return amax
-
-
-def rtn_counterpart(weight, result, pipeline: str, backend):
-    """RTN (max-abs init, HSCALE-METHOD-1) at the result's s_g, to compare with. For the rtn
-    pipeline the result's initial bytes *are* RTN's bytes (NVFP4-INIT-1 at the same s_g), so
-    only their codes are encoded; the other pipelines start elsewhere and RTN is quantized."""
-    chosen = PIPELINES[pipeline]
-    if result.method == "rtn" and chosen.init == "maxabs" and chosen.rederivable:
-        return result
-    if chosen.init == "maxabs" and chosen.rederivable and result.initial_bytes is not None:
-        rows, cols = weight.shape
-        codes = np.empty((rows, cols), np.uint8)
-        for r0 in range(0, rows, ROWS_PER_BLOCK):  # float64 copies of a block, not the layer
-            block = slice(r0, r0 + ROWS_PER_BLOCK)
-            groups = np.asarray(weight[block], np.float64).reshape(-1, cols // GROUP_SIZE,
-                                                                   GROUP_SIZE)
-            codes[block] = encode_groups(groups, result.initial_bytes[block],
-                                         result.global_scale).reshape(-1, cols)
-        return QuantizedWeight.from_bytes(codes, result.initial_bytes,
-                                          result.initial_bytes, result.global_scale,
-                                          method="rtn", init="maxabs")
-    return backend.quantize(weight, method="rtn", init="maxabs", global_scale=result.global_scale)
-
-
-def quantize_model(request: QuantizeRequest | None = None, **options) -> QuantizeReport:
-    """``hscale quantize``'s work (see the module docstring); options as QuantizeRequest's."""
+def quantize_model(request: QuantizeRequest | None = None, log=None, **options) -> QuantizeReport:
+    """``hscale quantize``'s work (see the module docstring); options as QuantizeRequest's.
+    ``log(line)`` gets the run's header and notes (nothing by default)."""
     from hscale.backends import get
     request = request or QuantizeRequest(**options)
     check_request(request)
+    log = log or (lambda line: None)
     started = time.perf_counter()
     directory = model_directory(request)
     source = SafetensorsModel(directory)
-    plans = plan_layers(source, architecture_linears(directory), request.ignore)
+    model = meta_model(directory)
+    found = inventory(directory, model)
+    plans = plan_layers(source, found.matmuls(), request.ignore, found.tied)
     quantized = [p for p in plans if p.quantize]
     if not quantized:
         raise ValueError(f"{directory}: no Linear layer to quantize (all ignored or skipped)")
-    report = QuantizeReport(request=asdict(request), source=str(directory), out=str(request.out))
-    report.skipped = [{"module": p.module, "reason": p.reason} for p in plans if not p.quantize]
-    output = OutputDirectory(request.out, request.force)  # checks --out before any work
-    with output:
-        h, H = {}, {}
-        modules = [p.module for p in quantized]
-        gptq = PIPELINES[request.pipeline].needs_full_hessian
-        if needs_calibration(request) or request.report_errors or request.hessian:
-            want_full = gptq or sum(p.cols ** 2 * 8 for p in quantized) <= FULL_HESSIAN_BUDGET
-            if request.hessian is not None:
-                h, H = load_hessians(request.hessian, modules, gptq)
-                report.calibration = {"from": request.hessian}
-            else:
-                h, H, report.calibration = calibrate(directory, modules, request, want_full)
-        report.seconds["calibration"] = time.perf_counter() - started
+    sequential = (request.sequential == "auto" and found.block_prefix is not None
+                  and request.hessian is None)
+    ranks = Ranks.from_environment(request.device)
+    try:
+        if ranks.distributed and not sequential:
+            raise ValueError(f"torchrun ({ranks.world} processes): {directory} is not a decoder "
+                             "hscale quantizes block by block (or --hessian / --sequential never "
+                             "was given); run it in one process")
+        backend_name = resolve_backend(request.backend)
+        report = QuantizeReport(request=asdict(request), source=str(directory),
+                                out=str(request.out))
+        report.rank = ranks.rank
+        report.request["backend"] = backend_name
+        report.request["backend_asked"] = request.backend
+        report.skipped = [{"module": p.module, "reason": p.reason} for p in plans
+                          if not p.quantize]
+        report.kept = [asdict(k) for k in kept_tensors(source, plans, found)]
+        report.path = ("block by block" if sequential else "whole model") + (
+            f" on {ranks.world} processes" if ranks.distributed else "")
+        c = SimpleNamespace(request=request, directory=directory, source=source, model=model,
+                            inventory=found, plans=plans, layout=layout_named(request.format),
+                            backend=get(backend_name), ranks=ranks, report=report, log=log,
+                            seconds=Counter(), timings={}, batches=None, output=None,
+                            hidden_store=None)
+        output = None
+        if ranks.main:  # --out checked (and an interrupted run adopted) before the header
+            options = {k: v for k, v in asdict(request).items() if k not in NOT_IN_FINGERPRINT}
+            options["backend"] = backend_name
+            print_id = fingerprint(source.files, options, __version__)
+            output = ResumableOutput(request.out, request.force, print_id,
+                                     enabled=request.resume and sequential)
+            log(header_line(report, plans, found, backend_name, request.backend,
+                            AUTO_BACKEND_RULE, ranks.world))
+        path = ranks.broadcast(str(output.path) if output is not None else None)
+        c.output = output
+        c.hidden_store = HiddenStore(path) if sequential else None
+        with output if output is not None else contextlib.nullcontext(), TermAsInterrupt():
+            _run(c, sequential, started)
+            if ranks.main:
+                _finish(c, output, started)
+        return report
+    finally:
+        ranks.close()
 
-        ceiling = PIPELINES[request.pipeline].scale_ceiling
-        layout = layout_named(request.format)
-        backend = get(request.backend)
-        global_scales = {}
-        for plan in quantized:  # one pass over the weights for the fused sets' amax
-            if plan.fused_with[0] == plan.module and len(plan.fused_with) > 1:
-                s_g = set_global_scale(plan.fused_with, lambda m: source.array(f"{m}.weight"),
-                                       layout, ceiling)
-                global_scales.update({m: s_g for m in plan.fused_with})
 
-        writer = ShardWriter(output.path, output_tensors(source, plans, layout),
-                             request.max_shard_bytes, {"producer": f"hscale-nvfp4 {__version__}"})
-        replaced = {f"{p.module}.weight": p for p in quantized}
-        names = source.names()
-        bar = _progress(len(names), request.progress)
-        quantize_started = time.perf_counter()
-        for name in names:
-            plan = replaced.get(name)
-            tensor = source.array(name)
-            if plan is None:
-                writer.write(name, tensor)
-                bar.update(1)
-                continue
-            weight = tensor
-            if weight.dtype not in WEIGHT_DTYPES:
-                raise ValueError(f"{name}: dtype {weight.dtype}")
-            s_g = global_scales.get(plan.module)
-            if s_g is None:
-                s_g = set_global_scale((plan.module,), lambda m: weight, layout, ceiling)
-            try:
-                result = quantize_weight(
-                    weight, h.get(plan.module), pipeline=request.pipeline,
-                    method=request.method, backend=backend, hessian=H.get(plan.module),
-                    global_scale=s_g, K=request.K, U=request.U, damp=request.damp,
-                    block_size=request.block_size, act_order=request.act_order,
-                    static_groups=request.static_groups)
-            except ValueError as exc:
-                raise ValueError(f"{name}: {exc}") from None
-            for tensor_name, data in layout.tensors(plan.module, result).items():
-                writer.write(tensor_name, data)
-            rtn = rtn_counterpart(weight, result, request.pipeline, backend)
-            quality = layer_quality(weight, result, rtn, h.get(plan.module), H.get(plan.module))
-            report.layers.append({"module": plan.module, "shape": [plan.rows, plan.cols],
-                                  "global_scale": float(result.global_scale),
-                                  "fused_with": list(plan.fused_with), **quality})
-            bar.update(1)
-        bar.close()
-        writer.close()
-        report.seconds["quantize"] = time.perf_counter() - quantize_started
-        copy_side_files(directory, output.path)
-        ignore = [p.module for p in plans if not p.quantize]
-        layout.write_config(output.path, ignore, __version__)
-        report.summary = summarize(report.layers)
-        if request.model_dir is None:  # the bundled sentence encoder: what its users measure
-            from hscale.calibration import heldout_texts
-            from hscale.evaluation.embeddings import embedding_cosines
-            report.summary["embedding_cosine_heldout"] = embedding_cosines(
-                directory, output.path, heldout_texts())
-        report.seconds["total"] = time.perf_counter() - started
-        (output.path / REPORT_NAME).write_text(json.dumps(asdict(report), indent=1) + "\n")
-        output.commit()
-    return report
+def _run(c, sequential: bool, started: float) -> None:
+    request = c.request
+    c.seconds["plan"] = time.perf_counter() - started
+    calibrating = needs_calibration(request) or request.report_errors
+    quantized = [p for p in c.plans if p.quantize]
+    if sequential:
+        from .sequential import SequentialRun
+        if calibrating:
+            begun = time.perf_counter()
+            c.batches, facts = calibration_batches(c.directory, request)
+            c.report.calibration = facts
+            c.report.warnings += width_warnings(c.plans, facts["tokens"])
+            for line in c.report.warnings:
+                c.log(f"warning: {line}")
+            c.seconds["calibration"] += time.perf_counter() - begun
+        c.progress = Progress(request.progress and c.ranks.main,
+                              sum(p.weights for p in quantized), c.inventory.blocks)
+        try:
+            SequentialRun(c).run()
+        finally:
+            c.progress.close()
+    else:
+        from .whole import run_whole
+        run_whole(c, calibrating)
+
+
+def _finish(c, output, started: float) -> None:
+    from .sequential import block_summary
+    report, request = c.report, c.request
+    copy_side_files(c.directory, output.path)
+    c.layout.write_config(output.path, ignore_list(c.plans, c.inventory), __version__)
+    report.summary = summarize(report.layers)
+    report.summary.update(block_summary(report.layers))
+    if request.model_dir is None:  # the bundled sentence encoder: what its users measure
+        from hscale.calibration import heldout_texts
+        from hscale.evaluation.embeddings import embedding_cosines
+        report.summary["embedding_cosine_heldout"] = embedding_cosines(
+            c.directory, output.path, heldout_texts())
+    report.seconds = {k: round(v, 3) for k, v in c.seconds.items() if v or k == "quantize"}
+    report.seconds.update({k: round(v, 3) for k, v in c.timings.items()})
+    report.seconds["total"] = time.perf_counter() - started
+    if getattr(output, "finish", None):
+        output.finish()
+    (output.path / REPORT_NAME).write_text(json.dumps(asdict(report), indent=1) + "\n")
+    output.commit()
