@@ -107,6 +107,7 @@ class SuiteState:
     started: float = field(default_factory=time.time)
     finished: int = 0  # tests of the suite finished so far (for the progress lines)
     last_progress: float = field(default_factory=time.time)
+    suite_started: float | None = None  # when the first of the suite's tests started
 
 
 STATE_KEY = pytest.StashKey[SuiteState]()
@@ -319,19 +320,32 @@ _CURRENT: dict = {}
 PROGRESS_EVERY_S = 30.0
 
 
+#: Suite tests finished before an estimate of what is left is given (the first are not typical).
+PROGRESS_MIN_FINISHED = 20
+
+
+def pytest_runtest_logstart(nodeid, location):
+    st = _CURRENT.get("state")
+    if st is not None and st.suite_started is None and nodeid in st.items:
+        # the rate counts from the suite's first test, not from the session's start (in a
+        # checkout's own run other tests come first)
+        st.suite_started = time.time()
+
+
 def pytest_runtest_logfinish(nodeid, location):
     st = _CURRENT.get("state")
     if st is None or nodeid not in st.items:
         return
     st.finished += 1
     now = time.time()
-    if now - st.last_progress < PROGRESS_EVERY_S or st.finished >= len(st.items):
+    if (now - st.last_progress < PROGRESS_EVERY_S or st.finished >= len(st.items)
+            or st.finished < PROGRESS_MIN_FINISHED):
         return
     st.last_progress = now
     reporter = _CURRENT.get("reporter")
     if reporter is None:
         return
-    elapsed = now - st.started
+    elapsed = now - (st.suite_started or st.started)
     left = elapsed / st.finished * (len(st.items) - st.finished)
     reporter.write_line(f"  conformance: {st.finished} of {len(st.items)} tests in "
                         f"{elapsed:.0f} s, about {left:.0f} s left")
