@@ -30,7 +30,8 @@ RAISED_ON_VALID_INPUT = "raised on valid input"
 #: The outcomes of a bad input (``Checker.expect_rejection``), the expected one first.
 CONTRACT_OUTCOMES = ("rejected", "rejected for another reason",
                      "rejected with the wrong error type", "accepted")
-STATUSES = ("pass", "allowed", "fail", "error", "input contract", "not applicable")
+STATUSES = ("pass", "allowed", "fail", "error", "input contract", "not applicable",
+            "not judged")
 #: Characters of a clause's first failure kept in the certificate.
 FAILURE_TEXT = 3000
 #: Clauses no test of a backend can judge, and where they are judged instead.
@@ -92,14 +93,18 @@ def clause_statuses(items: dict, outcomes: dict, backend_id: str, allowance_uses
             # Section 5's rejections are the input contract, reported apart (an input test
             # fails only under --strict-inputs, or when the backend breaks on the control call).
             row["status"] = "input contract"
+        elif not row["passed"] and not row["skipped"] and cid not in JUDGED_ELSEWHERE:
+            # none of its tests was selected (--clause, --quick, -k): not judged by this run,
+            # which is not the same as not applying to the backend
+            row["status"] = "not judged"
+            row["reason"] = "no test of this clause was selected in this run"
         elif not row["passed"]:
             row["status"] = "not applicable"
             reasons = row["skip_reasons"]
             row["reason"] = (JUDGED_ELSEWHERE.get(cid)
-                             or (f"every test skipped: {reasons[0]}"
-                                 + (f" (and {len(reasons) - 1} other reasons)"
-                                    if len(reasons) > 1 else "")
-                                 if row["skipped"] else "no test of this clause ran"))
+                             or f"every test skipped: {reasons[0]}"
+                             + (f" (and {len(reasons) - 1} other reasons)"
+                                if len(reasons) > 1 else ""))
         elif cid in used:
             row["status"] = "allowed"
         else:
@@ -134,7 +139,10 @@ def verdicts(clauses: dict, contract: dict, strict_inputs: bool, tests: Counter)
             "input_contract": "every bad input rejected" if not departures else ", ".join(
                 f"{n} {outcome}" for outcome, n in departures.items()),
             "input_contract_decides": strict_inputs,
-            "clauses_broken": broken, "tests_failed": failed_tests}
+            "clauses_broken": broken, "tests_failed": failed_tests,
+            # a run that selected only part of the suite (--clause, --quick, -k) says so
+            "clauses_not_judged": [c for c, row in clauses.items()
+                                   if row["status"] == "not judged"]}
 
 
 def render_summary(certificate: dict) -> list[str]:
@@ -143,8 +151,10 @@ def render_summary(certificate: dict) -> list[str]:
     if not backend["available"]:  # one line, not a not-applicable line per clause
         return [f"certificate for {backend['id']} ({backend['version']}): "
                 f"{certificate['verdict'].upper()}: unavailable here: {backend['reason']}"]
+    partial = certificate["verdicts"].get("clauses_not_judged", [])
     lines = [f"certificate for {backend['id']} ({backend['version']}): "
-             f"{certificate['verdict'].upper()}",
+             f"{certificate['verdict'].upper()}"
+             + (f" (a partial run: {len(partial)} clauses not judged)" if partial else ""),
              f"  profile {certificate['profile']}"
              + (f", allowances {', '.join(certificate['allowances'])}"
                 if certificate["allowances"] else "")
@@ -164,10 +174,12 @@ def render_summary(certificate: dict) -> list[str]:
                      "read back from the wrong places: look at NVFP4-PACK-3 first, the other "
                      "failures may follow from it")
     by_reason = defaultdict(list)  # one line per reason: the clauses it covers
-    for cid in by_status["not applicable"]:
-        by_reason[certificate["clauses"][cid].get("reason", "")].append(cid)
-    for reason, cids in by_reason.items():
-        lines.append(f"  not applicable: {', '.join(cids)}: {reason}")
+    for status in ("not applicable", "not judged"):
+        by_reason.clear()
+        for cid in by_status[status]:
+            by_reason[certificate["clauses"][cid].get("reason", "")].append(cid)
+        for reason, cids in by_reason.items():
+            lines.append(f"  {status}: {', '.join(cids)}: {reason}")
     uses = certificate["allowance_uses"]
     if uses:
         lines.append("  allowances used: " + ", ".join(f"{a} ({n})" for a, n in uses.items()))
