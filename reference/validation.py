@@ -117,31 +117,40 @@ def check_weight_finite(weight: np.ndarray) -> None:
                          "finite, NaN and Inf cannot be quantized (spec NVFP4-IN-1)")
 
 
-def check_hessian_diag(hessian_diag, cols: int) -> np.ndarray:
-    """h as float64 (n,), or a ValueError (NVFP4-IN-2). Any array-like whose values are real
-    numbers converting exactly to float64 (a list, a CPU torch tensor); not a masked array,
-    whose mask would be ignored."""
-    if isinstance(hessian_diag, np.ma.MaskedArray):
-        raise ValueError("hessian_diag: a masked array (numpy.ma) is not accepted: its mask "
-                         "would be ignored; pass hessian_diag.filled(value) (spec NVFP4-IN-2)")
+def _exact_float64(value, name: str, shape: tuple, shape_text: str, clause: str,
+                   masked_hint: str = "") -> np.ndarray:
+    """``value`` as float64 of ``shape``, exact and finite, or a ValueError naming ``name``, the
+    first offending index and ``clause``: any array-like of real numbers converting exactly to
+    float64 (a list, a CPU torch tensor); not a masked array, whose mask would be ignored."""
+    if isinstance(value, np.ma.MaskedArray):
+        raise ValueError(f"{name}: a masked array (numpy.ma) is not accepted: its mask would be "
+                         f"ignored{masked_hint} (spec {clause})")
     try:
-        h = np.asarray(hessian_diag)
+        array = np.asarray(value)
     except Exception as exc:  # noqa: BLE001 - anything numpy cannot read is the caller's mistake
-        raise ValueError(f"hessian_diag: {_type_name(hessian_diag)} cannot be read as a numpy "
-                         f"array ({type(exc).__name__}: {exc}) (spec NVFP4-IN-2)") from None
-    if h.dtype.kind not in "fiu" and h.dtype != np.dtype(ml_dtypes.bfloat16):
-        raise ValueError(f"hessian_diag: dtype {h.dtype} is not a real number type "
-                         "(spec NVFP4-IN-2)")
-    if h.shape != (cols,):
-        raise ValueError(f"hessian_diag: shape {h.shape}, expected ({cols},), one weight per "
-                         "input column of the weight (spec NVFP4-IN-2)")
-    exact = h.astype(np.float64)
-    if not np.array_equal(exact.astype(h.dtype), h, equal_nan=True):
-        raise ValueError("hessian_diag: does not convert exactly to float64 (spec NVFP4-IN-2)")
+        raise ValueError(f"{name}: {_type_name(value)} cannot be read as a numpy array "
+                         f"({type(exc).__name__}: {exc}) (spec {clause})") from None
+    if array.dtype.kind not in "fiu" and array.dtype != np.dtype(ml_dtypes.bfloat16):
+        raise ValueError(f"{name}: dtype {array.dtype} is not a real number type (spec {clause})")
+    if array.shape != shape:
+        raise ValueError(f"{name}: shape {array.shape}, expected {shape_text} (spec {clause})")
+    exact = array.astype(np.float64)
+    if not np.array_equal(exact.astype(array.dtype), array, equal_nan=True):
+        raise ValueError(f"{name}: does not convert exactly to float64 (spec {clause})")
     bad = ~np.isfinite(exact)
     if bad.any():
-        j = _first_index(bad)[0]
-        raise ValueError(f"hessian_diag[{j}] = {exact[j]}: must be finite (spec NVFP4-IN-2)")
+        index = _first_index(bad)
+        raise ValueError(f"{name}{_index_text(index)} = {exact[index]}: must be finite "
+                         f"(spec {clause})")
+    return exact
+
+
+def check_hessian_diag(hessian_diag, cols: int) -> np.ndarray:
+    """h as float64 (n,), or a ValueError (NVFP4-IN-2): real, exact in float64, finite and
+    non-negative, one value per input column of the weight."""
+    exact = _exact_float64(hessian_diag, "hessian_diag", (cols,),
+                           f"({cols},), one weight per input column of the weight",
+                           "NVFP4-IN-2", "; pass hessian_diag.filled(value)")
     negative = exact < 0
     if negative.any():
         j = _first_index(negative)[0]
@@ -153,30 +162,9 @@ def check_hessian_diag(hessian_diag, cols: int) -> np.ndarray:
 def check_hessian_blocks(blocks, cols: int) -> np.ndarray:
     """The diagonal 16 x 16 blocks of X^T X as float64 (n/16, 16, 16), or a ValueError
     (NVFP4-IN-6)."""
-    if isinstance(blocks, np.ma.MaskedArray):
-        raise ValueError("hessian_blocks: a masked array (numpy.ma) is not accepted: its mask "
-                         "would be ignored (spec NVFP4-IN-6)")
-    try:
-        b = np.asarray(blocks)
-    except Exception as exc:  # noqa: BLE001 - anything numpy cannot read is the caller's mistake
-        raise ValueError(f"hessian_blocks: {_type_name(blocks)} cannot be read as a numpy "
-                         f"array ({type(exc).__name__}: {exc}) (spec NVFP4-IN-6)") from None
-    if b.dtype.kind not in "fiu" and b.dtype != np.dtype(ml_dtypes.bfloat16):
-        raise ValueError(f"hessian_blocks: dtype {b.dtype} is not a real number type "
-                         "(spec NVFP4-IN-6)")
     expected = (cols // 16, 16, 16)
-    if b.shape != expected:
-        raise ValueError(f"hessian_blocks: shape {b.shape}, expected {expected}, the diagonal "
-                         "16 x 16 blocks of X^T X (spec NVFP4-IN-6)")
-    exact = b.astype(np.float64)
-    if not np.array_equal(exact.astype(b.dtype), b, equal_nan=True):
-        raise ValueError("hessian_blocks: does not convert exactly to float64 (spec NVFP4-IN-6)")
-    bad = ~np.isfinite(exact)
-    if bad.any():
-        index = _first_index(bad)
-        raise ValueError(f"hessian_blocks{_index_text(index)} = {exact[index]}: must be finite "
-                         "(spec NVFP4-IN-6)")
-    return exact
+    return _exact_float64(blocks, "hessian_blocks", expected,
+                          f"{expected}, the diagonal 16 x 16 blocks of X^T X", "NVFP4-IN-6")
 
 
 def check_method_hessian(hessian_diag, method: str, cols: int):
