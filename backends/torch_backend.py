@@ -32,7 +32,6 @@ import numpy as np
 from hscale import __version__
 from hscale.backends import CAPABILITIES
 from hscale.reference import E2M1_VALUES, SCALE_BYTE_VALUES, Quantizer, compute_global_scale
-from hscale.reference.objective import UNIT_WEIGHTS
 
 from . import torch_kernels as kernels
 from .torch_compile import COMPILE_BLOCK_GROUPS, FusedPath, inductor_config
@@ -94,6 +93,16 @@ class TorchBackend:
             raise RuntimeError(f"backend {self.name!r} is not available: {why}")
         return TorchQuantizer(self).quantize(weight, hessian_diag, **options)
 
+    def layer_quantizer(self, groups: int):
+        """The reference's steps in torch, set up for a layer of ``groups`` groups as
+        ``quantize`` sets itself up (the fused kernels on a large layer, blocks on worker
+        threads): for a caller that runs the steps itself, such as the quantization report's
+        errors (``hscale.evaluation.quality.rounding_quality``)."""
+        ok, why = self.available()
+        if not ok:
+            raise RuntimeError(f"backend {self.name!r} is not available: {why}")
+        return TorchQuantizer(self).fit(groups)
+
     def group_quantizer(self):
         """The reference's steps with the objectives in torch, for a pipeline that chooses the
         bytes of float64 groups itself (``hscale.reference.gptq_quantize(group_quantizer=)``):
@@ -122,12 +131,15 @@ class TorchQuantizer(Quantizer):
     # -- the call ------------------------------------------------------------------------------
     def validate(self, *args):
         checked = super().validate(*args)
-        weight = checked[0]
-        self.use_compile = (self.device.type == "cpu"
-                            and self.backend.fused.wanted(weight.size // GROUP))
+        self.fit(checked[0].size // GROUP)
+        return checked
+
+    def fit(self, groups: int) -> "TorchQuantizer":
+        """The fused kernels for a layer of ``groups`` groups where they pay (CPU, large)."""
+        self.use_compile = self.device.type == "cpu" and self.backend.fused.wanted(groups)
         if self.use_compile:
             self.block_groups = COMPILE_BLOCK_GROUPS  # one compiled shape per layer
-        return checked
+        return self
 
     def map_blocks(self, function, blocks) -> None:
         """Blocks on worker threads (CPU), each running single-threaded torch ops, from a shared

@@ -8,6 +8,8 @@ from collections import Counter
 
 import numpy as np
 
+from hscale.reference import FIRST_NORMAL_BYTE, GROUP_SIZE, ZERO_GROUP_BYTE
+
 
 def layer_quality(weight, result, rtn, h, G, rows_per_block: int = 256) -> dict:
     """Weight MSE, the diagonal proxy sum_j h_j dW_ij^2 and (with G) Tr(dW G dW^T), each with
@@ -30,11 +32,64 @@ def layer_quality(weight, result, rtn, h, G, rows_per_block: int = 256) -> dict:
     for key in ("diag_error", "output_error"):
         if key in sums:
             out[key], out[key + "_rtn"] = sums[key], sums[key + "_rtn"]
-    if result.delta is not None:
-        live = result.scale_bytes != 0
-        values, counts = np.unique(result.delta[live], return_counts=True)
-        out["shifts"] = {int(v): int(c) for v, c in zip(values, counts)}
+    out.update(shift_histogram(result))
     return out
+
+
+def rounding_quality(weight, result, h, quantizer=None) -> dict:
+    """``layer_quality`` without G, for a result whose codes are the rounding at its bytes
+    (NVFP4-E2M1-2) and whose initial bytes are RTN's at the same s_g (NVFP4-INIT-1): each sum
+    is a sum of group objectives (HSCALE-OBJ-1) at the chosen and at the initial byte, with h
+    and with h = 1 (the squared error), so RTN's codes are never kept and nothing is decoded.
+
+    ``quantizer``: the steps of a backend set up for this layer (``layer_quantizer``), whose
+    objectives are the reference's bit for bit; default the reference's. The objectives of
+    every group are kept and summed at the end in one order, so the figures do not depend on
+    the backend, its blocks or its threads. They measure the error against the exact NVFP4
+    values ``q * s`` (HSCALE-OBJ-1); ``layer_quality`` measures it against the decoded fp32
+    weights (NVFP4-DEQ-1), one fp32 rounding away: the two agree to about 1e-7 relative."""
+    from hscale.reference import Quantizer
+    from hscale.reference.objective import UNIT_WEIGHTS
+    from hscale.reference.quantize import plan_blocks
+    quantizer = quantizer or Quantizer()
+    rows, cols = weight.shape
+    group_cols = cols // GROUP_SIZE
+    h_groups = None if h is None else np.asarray(h, np.float64).reshape(group_cols, GROUP_SIZE)
+    rtn_is_result = np.array_equal(result.scale_bytes, result.initial_bytes)
+    pair = (result.scale_bytes,) if rtn_is_result else (result.scale_bytes, result.initial_bytes)
+    # A zero group (byte 0x00, NVFP4-ZERO-1) has w = 0 and so no error at any scale: it is
+    # scored at a live byte, where the objective is defined and is exactly 0.
+    candidates = np.stack(pair, axis=-1)
+    candidates[candidates == ZERO_GROUP_BYTE] = FIRST_NORMAL_BYTE
+    errors = {"weight_se": np.empty(candidates.shape), "diag_error": np.empty(candidates.shape)}
+
+    def run_block(block):
+        r0, r1, i0, i1 = block
+        groups = quantizer.load_groups(weight[r0:r1, GROUP_SIZE * i0:GROUP_SIZE * i1])
+        for key, weights in (("weight_se", UNIT_WEIGHTS),
+                             ("diag_error", None if h is None else h_groups[i0:i1])):
+            if weights is not None:  # a backend's result is its buffer: copied at once
+                errors[key][r0:r1, i0:i1] = quantizer.candidate_objectives(
+                    groups, weights, candidates[r0:r1, i0:i1], result.global_scale)
+
+    quantizer.map_blocks(run_block, plan_blocks(rows, group_cols, quantizer.block_groups))
+    sums = {key: (float(np.sum(e[..., 0])), float(np.sum(e[..., -1])))
+            for key, e in errors.items()}
+    out = {"weight_mse": sums["weight_se"][0] / weight.size,
+           "weight_mse_rtn": sums["weight_se"][1] / weight.size}
+    if h is not None:
+        out["diag_error"], out["diag_error_rtn"] = sums["diag_error"]
+    out.update(shift_histogram(result))
+    return out
+
+
+def shift_histogram(result) -> dict:
+    """``{"shifts": {delta: groups}}`` of the live groups of a searched result, else ``{}``."""
+    if result.delta is None:
+        return {}
+    live = result.scale_bytes != ZERO_GROUP_BYTE
+    values, counts = np.unique(result.delta[live], return_counts=True)
+    return {"shifts": {int(v): int(c) for v, c in zip(values, counts)}}
 
 
 def cosine_stats(a: np.ndarray, b: np.ndarray) -> dict:

@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from hscale.checkpoints import layout_named
-from hscale.evaluation.quality import layer_quality
+from hscale.evaluation.quality import layer_quality, rounding_quality
 from hscale.pipelines import PIPELINES, quantize_weight
 from hscale.reference import GROUP_SIZE, QuantizedWeight, compute_global_scale
 from hscale.reference.quantize import encode_groups
@@ -98,7 +98,6 @@ def quantize_layer(plan, weight, global_scale, request, backend, layout, h=None,
         raise ValueError(f"{name}: {exc}") from None
     tensors = layout.tensors(plan.module, result)
     searched = time.perf_counter()
-    rtn = rtn_counterpart(weight, result, pipeline, backend)
     entry = {"module": plan.module, "shape": [plan.rows, plan.cols],
              "global_scale": float(result.global_scale), "fused_with": list(plan.fused_with)}
     if plan.expert:
@@ -109,7 +108,17 @@ def quantize_layer(plan, weight, global_scale, request, backend, layout, h=None,
         entry["fallback"] = note
     if method != request.method:
         entry["method"] = method
-    entry.update(layer_quality(weight, result, rtn, h, H))
+    chosen = PIPELINES[pipeline]
+    if H is None and chosen.rederivable and chosen.init == "maxabs" \
+            and result.initial_bytes is not None:
+        # RTN's bytes are the result's initial bytes: both errors from the group objectives,
+        # on the backend's own steps where it has them
+        steps = getattr(backend, "layer_quantizer", None)
+        entry.update(rounding_quality(weight, result, h,
+                                      steps(weight.size // GROUP_SIZE) if steps else None))
+    else:
+        entry.update(layer_quality(weight, result, rtn_counterpart(weight, result, pipeline,
+                                                                   backend), h, H))
     if timings is not None:
         timings["search"] = timings.get("search", 0.0) + searched - started
         timings["errors"] = timings.get("errors", 0.0) + time.perf_counter() - searched

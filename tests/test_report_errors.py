@@ -1,0 +1,83 @@
+"""The quantization report's errors against RTN read from the group objectives
+(``rounding_quality``): the same figures as decoding both results (``layer_quality``), exact
+against a ``fractions.Fraction`` evaluation on a small layer, and the same on every backend."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from hscale.evaluation.quality import layer_quality, rounding_quality
+from hscale.reference import compute_global_scale, quantize
+
+# E2M1 code -> value, written out from the format (sign bit 0x8, magnitudes 0..6).
+E2M1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6]
+E2M1_BY_CODE = {code: (-1 if code & 8 else 1) * Fraction(E2M1[code & 7]) for code in range(16)}
+
+
+def _layer(rows=48, cols=64, seed=3):
+    rng = np.random.default_rng(seed)
+    weight = (rng.standard_normal((rows, cols)) * rng.uniform(0.1, 3, (rows, 1))).astype(
+        np.float32)
+    weight[5, 16:32] = 0.0  # a zero group (NVFP4-ZERO-1)
+    weight[9, :16] = -0.0
+    h = rng.uniform(0.0, 4.0, cols)
+    s_g = compute_global_scale(float(np.max(np.abs(weight))))
+    return weight.astype(ml_dtypes.bfloat16), h, s_g
+
+
+def _exact_sums(weight, codes, scale_bytes, s_g, h):
+    """sum (w - q s)^2 and sum h (w - q s)^2 in rationals, each scale decoded by ml_dtypes."""
+    square, weighted = Fraction(0), Fraction(0)
+    rows, cols = weight.shape
+    for r in range(rows):
+        for c in range(cols):
+            byte = np.uint8(scale_bytes[r, c // 16])
+            scale = Fraction(float(byte.view(ml_dtypes.float8_e4m3fn))) * Fraction(float(s_g))
+            d = Fraction(float(weight[r, c])) - E2M1_BY_CODE[int(codes[r, c])] * scale
+            square += d * d
+            weighted += Fraction(float(h[c])) * d * d
+    return square, weighted
+
+
+@pytest.mark.parametrize("method", ["hscale", "rtn"])
+def test_the_figures_are_the_exact_sums_of_both_results_errors(method):
+    weight, h, s_g = _layer()
+    result = quantize(weight, h if method == "hscale" else None, method=method, global_scale=s_g)
+    rtn = quantize(weight, method="rtn", global_scale=s_g)
+    assert method == "rtn" or not np.array_equal(result.scale_bytes, rtn.scale_bytes)
+    got = rounding_quality(weight, result, h)
+    for tag, q in (("", result), ("_rtn", rtn)):
+        square, weighted = _exact_sums(weight, q.codes, q.scale_bytes, s_g, h)
+        assert got["weight_mse" + tag] == pytest.approx(float(square) / weight.size, rel=1e-13)
+        assert got["diag_error" + tag] == pytest.approx(float(weighted), rel=1e-13)
+
+
+def test_the_figures_agree_with_decoding_both_results():
+    """Against the decoded fp32 weights (one fp32 rounding from q * s): 1e-6 relative."""
+    weight, h, s_g = _layer(rows=64, cols=256, seed=8)
+    result = quantize(weight, h, global_scale=s_g)
+    decoded = layer_quality(weight, result, quantize(weight, method="rtn", global_scale=s_g), h,
+                            None)
+    got = rounding_quality(weight, result, h)
+    assert got.keys() == decoded.keys()
+    assert got["shifts"] == decoded["shifts"]
+    for key in ("weight_mse", "weight_mse_rtn", "diag_error", "diag_error_rtn"):
+        assert got[key] == pytest.approx(decoded[key], rel=1e-6), key
+
+
+def test_every_backend_gives_the_same_figures_bit_for_bit():
+    """The objectives are the reference's on every backend, kept per group and summed in one
+    order: the figures are equal as floats, whatever the backend's blocks and threads."""
+    pytest.importorskip("torch")
+    weight, h, s_g = _layer(rows=300, cols=1024, seed=11)
+    result = quantize(weight, h, global_scale=s_g)
+    expected = rounding_quality(weight, result, h)
+    for compile_ in (False, True):  # the eager and the fused (torch.compile) kernels
+        from hscale.backends.torch_backend import TorchBackend
+        backend = TorchBackend("cpu", chunk_groups=512, compile=compile_)
+        assert rounding_quality(weight, result, h, backend.layer_quantizer(weight.size // 16)) \
+            == expected, compile_
