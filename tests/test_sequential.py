@@ -28,22 +28,24 @@ def root(tmp_path_factory):
     return tmp_path_factory.mktemp("families")
 
 
-def _reference(directory, inputs):
+def _reference(directory, inputs, dtype="float32"):
     from hscale.models.loading import quiet_transformers
     with quiet_transformers(), torch.no_grad():
-        model = transformers.AutoModelForCausalLM.from_pretrained(directory,
-                                                                  dtype=torch.float32).eval()
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            directory, dtype=getattr(torch, dtype)).eval()
         return model, model(**inputs, output_hidden_states=True)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])  # --calibration-dtype
 @pytest.mark.parametrize("family", FAMILIES)
-def test_block_by_block_is_the_models_own_forward_bit_for_bit(root, family):
+def test_block_by_block_is_the_models_own_forward_bit_for_bit(root, family, dtype):
     directory = written(root, family)
     inputs = batch(directory)
     assert not bool(inputs["attention_mask"].all()), "the batch must be padded"
-    _, reference = _reference(directory, inputs)
-    decoder = SequentialDecoder(directory, SafetensorsModel(directory))
+    _, reference = _reference(directory, inputs, dtype)
+    decoder = SequentialDecoder(directory, SafetensorsModel(directory), dtype=dtype)
     hidden, kwargs = decoder.block_inputs(inputs["input_ids"], inputs["attention_mask"])
+    assert hidden.dtype == getattr(torch, dtype)
     assert torch.equal(hidden, reference.hidden_states[0])
     with torch.no_grad():
         for index in range(decoder.count):
@@ -71,17 +73,19 @@ def test_sliding_windows_and_layer_types_are_the_models_own(root, overrides):
     assert torch.equal(decoder.final_norm(hidden), reference.hidden_states[-1])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])  # --calibration-dtype
 @pytest.mark.parametrize("family", DENSE)
-def test_sequential_h_is_the_whole_model_collectors(root, family, tmp_path):
+def test_sequential_h_is_the_whole_model_collectors(root, family, tmp_path, dtype):
     """hscale calibrate block by block against the whole-model HessianDiagCollector (the
-    ``--sequential never`` path): h identical, H equal to float64 rounding."""
+    ``--sequential never`` path), in either calibration dtype: h identical, H equal to float64
+    rounding."""
     from safetensors.numpy import load_file
     from hscale.quantize import QuantizeRequest, calibrate_to_file
     directory = written(root, family)
     files = {}
     for mode in ("auto", "never"):
         request = QuantizeRequest(model_dir=str(directory), progress=False, sequential=mode,
-                                  ignore=(), batch_size=8, samples=40)
+                                  ignore=(), batch_size=8, samples=40, calibration_dtype=dtype)
         calibrate_to_file(request, tmp_path / f"{mode}.safetensors", full=True, force=False)
         files[mode] = load_file(str(tmp_path / f"{mode}.safetensors"))
     assert set(files["auto"]) == set(files["never"])
@@ -242,3 +246,28 @@ def test_experts_that_are_linear_modules_get_h_from_their_routed_tokens():
                                    rtol=1e-12)
         assert tokens[f"experts.{e}.down_proj"] == rows.shape[0]
     assert "experts.3.gate_proj" not in h  # never ran: quantize_layer's fallback (h = 1)
+
+
+def test_a_bfloat16_calibration_is_said_and_close_to_float32s(root, tmp_path):
+    """``--calibration-dtype bfloat16``: the report says so, and h is the bfloat16 model's: not
+    float32's bits, within bfloat16's precision of them in every Linear."""
+    from safetensors.numpy import load_file
+    from hscale.quantize import QuantizeRequest, calibrate_to_file, quantize_model
+    directory = written(root, "llama")
+    h = {}
+    for dtype in ("float32", "bfloat16"):
+        request = QuantizeRequest(model_dir=str(directory), progress=False, ignore=(),
+                                  batch_size=8, samples=40, calibration_dtype=dtype)
+        calibrate_to_file(request, tmp_path / f"{dtype}.safetensors", full=False, force=False)
+        h[dtype] = load_file(str(tmp_path / f"{dtype}.safetensors"))
+    names = [k for k in h["float32"] if k.startswith("h.")]
+    assert names and set(h["float32"]) == set(h["bfloat16"])
+    assert any(not np.array_equal(h["float32"][k], h["bfloat16"][k]) for k in names)
+    for name in names:
+        relative = np.sum(np.abs(h["bfloat16"][name] - h["float32"][name])) / np.sum(
+            h["float32"][name])
+        assert relative < 0.05, (name, relative)
+    report = quantize_model(QuantizeRequest(model_dir=str(directory), out=str(tmp_path / "q"),
+                                            progress=False, batch_size=8, samples=40,
+                                            calibration_dtype="bfloat16"))
+    assert report.calibration["dtype"] == "bfloat16"

@@ -32,6 +32,11 @@ def add_calibration_options(parser) -> None:
                        help="where the calibration forward runs: cpu (default), cuda, cuda:N, "
                             "or auto (a CUDA device if there is one; for a model that is not a "
                             "decoder, accelerate's device_map)")
+    group.add_argument("--calibration-dtype", default="float32",
+                       help="the dtype the calibration forward runs in: float32 (default) or "
+                            "bfloat16, the dtype decoders are served in, whose matrix products "
+                            "run 3-4x faster on CPUs with AVX512-BF16 or AMX (its h is that of "
+                            "the bfloat16 model, not the same bits as float32's)")
 
 
 def _request(args, **overrides):
@@ -40,7 +45,8 @@ def _request(args, **overrides):
     values = dict(
         model_dir=args.model_dir, calibration_text=args.calibration_text,
         text_field=args.text_field, samples=args.samples, seq_len=args.seq_len,
-        batch_size=args.batch_size, device=args.device, progress=not args.quiet)
+        batch_size=args.batch_size, device=args.device,
+        calibration_dtype=args.calibration_dtype, progress=not args.quiet)
     values.update(overrides)
     return QuantizeRequest(**values)
 

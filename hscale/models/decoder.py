@@ -6,16 +6,17 @@ model's forward hands each decoder block (the causal or sliding-window mask of t
 type, ``position_embeddings``, ``position_ids``; the cache off) and the first block's input are
 captured by running that forward on the batch's embeddings with every block replaced by a
 catcher, so they are exactly the model's whatever the family. Block ``i`` is then materialised
-from the checkpoint (its tensors read, MoE experts fused as the module expects, in float32),
-run on the batches, and released (put back on meta, the freed heap returned to the system).
+from the checkpoint (its tensors read, MoE experts fused as the module expects, in float32, or
+bfloat16 with ``--calibration-dtype``), run on the batches, and released (put back on meta, the
+freed heap returned to the system).
 Embeddings are looked up from the table read a slice of rows at a time: the table is never whole
 in memory.
 
 Which models: a ``*ForCausalLM`` whose base model has ``embed_tokens``, a ``layers`` list,
 ``rotary_emb`` and ``norm`` (Llama, Qwen2, Qwen3, Mistral, Qwen3-MoE, Mixtral and the many
 families built the same way); ``decoder_blocks`` says which. Checked bit for bit against
-``from_pretrained(dtype=float32)`` with ``output_hidden_states`` for the six families in
-tests/test_sequential.py.
+``from_pretrained(dtype=...)`` (float32 and bfloat16) with ``output_hidden_states`` for the six
+families in tests/test_sequential.py.
 
 The checkpoint is read through ``source``, any object with ``info`` (name -> .shape) and
 ``tensor(name, dtype, start=None, stop=None)`` (``hscale.checkpoints.SafetensorsModel``).
@@ -84,11 +85,12 @@ def malloc_trim() -> None:
 class SequentialDecoder:
     """A decoder whose blocks are materialised one at a time from ``source``."""
 
-    def __init__(self, directory, source, device: str = "cpu", model=None):
+    def __init__(self, directory, source, device: str = "cpu", model=None,
+                 dtype: str = "float32"):
         import torch
         self.source = source
         self.device = torch.device(device or "cpu")
-        self.dtype = torch.float32
+        self.dtype = getattr(torch, dtype)  # the blocks', embeddings' and hidden states' dtype
         self.model = meta_model(directory) if model is None else model
         blocks = decoder_blocks(self.model)
         if blocks is None:
@@ -116,8 +118,8 @@ class SequentialDecoder:
 
     # -- inputs ----------------------------------------------------------------------------
     def embed(self, ids):
-        """``embed_tokens(ids)`` in float32, the table read ``EMBEDDING_ROWS`` rows at a time
-        where the ids fall (the values of the model's own lookup)."""
+        """``embed_tokens(ids)`` in the decoder's dtype, the table read ``EMBEDDING_ROWS`` rows at
+        a time where the ids fall (the values of the model's own lookup)."""
         import torch
         name = self.embedding_name
         vocab, hidden = self.source.info[name].shape
@@ -155,7 +157,7 @@ class SequentialDecoder:
 
     # -- one block ---------------------------------------------------------------------------
     def materialize(self, index: int):
-        """Block ``index`` with its weights read from the checkpoint, in float32."""
+        """Block ``index`` with its weights read from the checkpoint, in the decoder's dtype."""
         prefix = f"{self.prefix}{index}."
         names = [n[len(prefix):] for n in self.block_names(index)]
         state = block_state(self.layout, names,

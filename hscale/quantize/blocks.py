@@ -26,7 +26,8 @@ class BlockCalibration:
     """The calibration batches of this process, carried through the blocks."""
 
     def __init__(self, directory, source, model, batches, request, ranks, progress=None):
-        self.decoder = SequentialDecoder(directory, source, _device(request.device), model)
+        self.decoder = SequentialDecoder(directory, source, _device(request.device), model,
+                                         request.calibration_dtype)
         self.batches = batches
         self.ranks = ranks
         self.progress = progress

@@ -43,13 +43,13 @@ def load_tokenizer(directory: Path):
 def calibration_batches(directory: Path, request: QuantizeRequest, texts=None):
     """``(batches, facts)``: the calibration texts tokenized in batches of ``--batch-size``,
     each truncated to ``--seq-len`` tokens, as a list; facts: texts, batches, tokens (not
-    padding), seq_len."""
+    padding), seq_len, the forward's dtype."""
     texts = calibration_texts(request) if texts is None else texts
     batches = list(text_batches(load_tokenizer(directory), texts, request.batch_size,
                                 request.seq_len))
     tokens = sum(int(b["attention_mask"].sum()) for b in batches)
     return batches, {"texts": len(texts), "batches": len(batches), "seq_len": request.seq_len,
-                     "tokens": tokens}
+                     "tokens": tokens, "dtype": request.calibration_dtype}
 
 
 def width_warnings(plans, tokens: int) -> list[str]:
@@ -74,7 +74,7 @@ def calibrate(directory: Path, modules: list[str], request: QuantizeRequest, ful
     cls, _ = architecture(directory)
     tokenizer = load_tokenizer(directory)
     with quiet_transformers():
-        options = dict(dtype=torch.float32)
+        options = dict(dtype=getattr(torch, request.calibration_dtype))
         if request.device == "auto":
             options["device_map"] = "auto"  # accelerate's offload across devices
         model = cls.from_pretrained(directory, **options)
@@ -93,7 +93,7 @@ def calibrate(directory: Path, modules: list[str], request: QuantizeRequest, ful
     del model
     facts = {"texts": len(texts), "batches": stats.get("batches"), "seq_len": request.seq_len,
              "tokens": max(stats.get("tokens", {0: 0}).values(), default=0),
-             "full_hessian": bool(H)}
+             "full_hessian": bool(H), "dtype": request.calibration_dtype}
     return h, H, facts
 
 

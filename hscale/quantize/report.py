@@ -100,7 +100,8 @@ def format_summary(report: QuantizeReport) -> str:
                    else "no calibration (not needed)")
     facts = report.calibration
     if facts.get("tokens"):
-        calibration += f" ({facts['texts']} texts, {facts['tokens']:,} tokens)"
+        calibration += f" ({facts['texts']} texts, {facts['tokens']:,} tokens" + (
+            f", in {facts['dtype']})" if facts.get("dtype", "float32") != "float32" else ")")
     lines.append(f"time: {calibration}, quantization {seconds.get('quantize', 0):.1f} s"
                  + (f" (search {seconds['search']:.1f} s, errors for this report "
                     f"{seconds['errors']:.1f} s)" if "search" in seconds else "")

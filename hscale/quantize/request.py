@@ -41,9 +41,16 @@ class QuantizeRequest:
     force: bool = False
     progress: bool = True
     device: str | None = None  # calibration device ("cpu", "cuda", "auto" for accelerate)
+    calibration_dtype: str = "float32"  # the dtype the calibration forward runs in
     report_errors: bool = False  # calibrate for the H-weighted errors even when not needed
     sequential: str = "auto"  # "auto": block by block for decoders; "never": the whole model
     resume: bool = True  # adopt an interrupted run's partial output (same command)
+
+
+#: What ``--calibration-dtype`` takes: float32 (the default: the statistics of the model run in
+#: float32, whichever path computes them) or bfloat16 (the dtype decoders are stored and served
+#: in; its matrix products run 3-4x faster on a CPU with AVX512-BF16 or AMX, and on GPUs).
+CALIBRATION_DTYPES = ("float32", "bfloat16")
 
 
 #: What ``--device`` takes.
@@ -89,6 +96,9 @@ def check_request(request: QuantizeRequest) -> None:
         raise ValueError("--act-order: only the gptq pipeline has a column order")
     check_calibration_data(request)
     check_device(request.device)
+    if request.calibration_dtype not in CALIBRATION_DTYPES:
+        raise ValueError(f"--calibration-dtype {request.calibration_dtype!r}: one of "
+                         f"{', '.join(CALIBRATION_DTYPES)}")
     if request.sequential not in ("auto", "never"):
         raise ValueError(f"--sequential {request.sequential!r}: auto or never")
     if request.hessian is not None:
