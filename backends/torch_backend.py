@@ -151,13 +151,20 @@ class TorchQuantizer(Quantizer):
                 for block in blocks:
                     function(block)
                 return
+            saved = torch.get_num_threads()
             if self.use_compile:
                 # The first block here: it compiles and checks the fused kernels for the block
-                # shape, which the worker threads then only call.
-                function(blocks[0])
+                # shape, which the worker threads then only call. On one thread, as theirs: the
+                # thread count is part of what a compiled graph is guarded by, and a worker
+                # meeting another count recompiled, past dynamo's limit of 8 graphs, then ran
+                # eagerly with a warning per block.
+                torch.set_num_threads(1)
+                try:
+                    function(blocks[0])
+                finally:
+                    torch.set_num_threads(saved)
                 blocks = blocks[1:]
             from concurrent.futures import ThreadPoolExecutor
-            saved = torch.get_num_threads()
             try:
                 with ThreadPoolExecutor(max_workers=workers,
                                         initializer=lambda: torch.set_num_threads(1)) as pool:
