@@ -131,9 +131,9 @@ def read_layer(model: SafetensorsModel, layout: Layout, layer: LayerResult, line
     stored = np.float32(model.array(names["global"]).reshape(-1)[0])
     layer.stored_global_scale = float(stored)
     global_scale = _usable_global_scale(layer, layout, stored)
-    if "input" in infos:
-        _usable_input_scale(layer, layout, np.float32(model.array(names["input"]).reshape(-1)[0]))
     codes = _statistics(layer, packed, scale_bytes, global_scale)
+    if "input" in infos:  # after _statistics, which sets layer.stats afresh
+        _usable_input_scale(layer, layout, np.float32(model.array(names["input"]).reshape(-1)[0]))
     if global_scale is None:
         return None
     return {"packed": packed, "scale_bytes": scale_bytes, "codes": codes,
@@ -157,9 +157,11 @@ def _usable_global_scale(layer: LayerResult, layout: Layout, stored: np.float32)
     return global_scale
 
 
-#: An activation range (6 * 448 * a) beyond this is no trained network's input; the stored value
-#: read in the other convention is then (6 * 448)^2 / amax (HSCALE-CAL-2, NVFP4-GS-4).
-IMPLAUSIBLE_ACTIVATION = 1e7
+#: An activation range (6 * 448 * a) outside (1e-6, 1e5) is no trained network's input (1e5 is
+#: above float16's largest value, 65504, which bounds the activations of fp16 models); the
+#: stored value read in the other convention means (6 * 448)^2 / amax, so a scale stored in the
+#: wrong one lands there for any amax below about 72 (HSCALE-CAL-2, NVFP4-GS-4).
+ACTIVATION_RANGE = (1e-6, 1e5)
 
 
 def _usable_input_scale(layer: LayerResult, layout: Layout, stored: np.float32) -> None:
@@ -186,11 +188,12 @@ def _usable_input_scale(layer: LayerResult, layout: Layout, stored: np.float32) 
     activation_range = LARGEST_PRODUCT_OF_CODES * multiplier
     other = next(o for o in LAYOUTS.values() if o.stores_reciprocal != layout.stores_reciprocal)
     other_range = LARGEST_PRODUCT_OF_CODES * float(other.implied_global_scale(stored))
-    if not (1 / IMPLAUSIBLE_ACTIVATION <= activation_range <= IMPLAUSIBLE_ACTIVATION):
+    low, high = ACTIVATION_RANGE
+    if not low <= activation_range <= high:
         text = (f"stored {shown}, read as {layout.convention} as {layout.name} stores it, means "
                 f"an input range (6 * 448 * a) of {activation_range:.4g}, which no trained "
                 "network's input has")
-        if 1 / IMPLAUSIBLE_ACTIVATION <= other_range <= IMPLAUSIBLE_ACTIVATION:
+        if low <= other_range <= high:
             text += (f"; read as {other.name} stores it the range is {other_range:.4g}: the "
                      "activation scale looks stored in the other convention (NVFP4-GS-4)")
         layer.problem("input", "NVFP4-CKPT-4", text, kind="input")
