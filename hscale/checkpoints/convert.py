@@ -160,12 +160,15 @@ def convert_checkpoint(source, destination, *, to: str, force: bool = False,
     return report
 
 
-def _refuse_activation_quantization(model, detected, source: Path, modules: dict) -> None:
+def _refuse_activation_quantization(model, detected, source: Path,
+                                    modules: dict | None = None) -> None:
     """Activation and KV-cache scales are stored in each format's own convention: a copy would
     silently mean something else, so such checkpoints are refused, but for the activation
-    scales of a W4A4 layout's quantized Linears (NVFP4-CKPT-4), which are converted."""
+    scales of a W4A4 layout's quantized Linears (``modules``, NVFP4-CKPT-4), which are
+    converted (not given, as for GGUF, which has no W4A4 here: refused too)."""
     layout = detected.layout
-    own = {layout.tensor_names(m)["input"] for m in modules} if layout.activations else set()
+    own = ({layout.tensor_names(m)["input"] for m in modules}
+           if layout.activations and modules is not None else set())
     for name in model.names():
         if name.endswith(ACTIVATION_SUFFIXES) and name not in own:
             raise CheckpointError(f"{source}: {name} is an activation or KV-cache scale, which "
