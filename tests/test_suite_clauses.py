@@ -131,6 +131,11 @@ SPEC_CONTENTS = {
                                                 "NVFP4-ACT-4", "NVFP4-GGUF-1", "HSCALE-BLOCK-1",
                                                 "NVFP4-IN-6"},
             "allowances": set(SPEC_1_0_ALLOWANCES) | {"supplied-reciprocal"}},
+    # 1.4: W4A4 activation scales: calibration (HSCALE-CAL-2) and layout (NVFP4-CKPT-4)
+    "1.4": {"clauses": set(SPEC_1_0_CLAUSES) | {"NVFP4-ACT-1", "NVFP4-ACT-2", "NVFP4-ACT-3",
+                                                "NVFP4-ACT-4", "NVFP4-GGUF-1", "HSCALE-BLOCK-1",
+                                                "NVFP4-IN-6", "HSCALE-CAL-2", "NVFP4-CKPT-4"},
+            "allowances": set(SPEC_1_0_ALLOWANCES) | {"supplied-reciprocal"}},
 }
 
 

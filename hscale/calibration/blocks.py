@@ -17,6 +17,9 @@ by the checkpoint's module names, in float64, padding excluded.
   down projection ``act(gate) * up`` of those tokens, recomputed with the expert's own weights
   and gate (``_apply_gate``). Experts that are ``nn.Linear`` modules are Linears like any other:
   their hooks fire on the tokens routed to them.
+* **amax** (HSCALE-CAL-2, W4A4): ``max |x|`` of the same rows h is summed from, per batch,
+  reduced by taking the maximum (exact, so in any order and across processes); modules that
+  share an input share it, as they share h.
 * **Experts never routed to** on the calibration data get statistics from every token of the
   batch through them, for statistics only (gate/up: h of all the block's tokens; down: of
   ``act(gate) * up`` of all tokens with that expert's weights); the block's output keeps the
@@ -37,6 +40,7 @@ class _Accumulator:
         self.n = n
         self.partials: dict[int, object] = {}  # batch -> its h (float64 (n,))
         self.tokens: dict[int, int] = {}
+        self.amax: dict[int, float] = {}  # batch -> max |x| of its rows (HSCALE-CAL-2)
         self.H = torch.zeros(n, n, dtype=torch.float64, device=device) if full else None
 
     def add(self, batch: int, rows) -> None:
@@ -51,6 +55,8 @@ class _Accumulator:
             partial = chunk if partial is None else partial + chunk
         if partial is None:
             return
+        amax = float(rows.abs().max())  # HSCALE-CAL-2: exact, the rows' own dtype
+        self.amax[batch] = max(self.amax.get(batch, 0.0), amax)
         if batch in self.partials:
             self.partials[batch] = self.partials[batch] + partial
         else:
@@ -77,6 +83,7 @@ class BlockStatistics:
         self.h: dict = {}
         self.H: dict = {}
         self.tokens: dict = {}
+        self.amax: dict = {}  # accumulator key -> max |x| (HSCALE-CAL-2)
         self._torch = torch
 
     # -- hooks -----------------------------------------------------------------------------
@@ -174,11 +181,15 @@ class BlockStatistics:
                  for key, acc in self.acc.items()}
         counts = {key: dict(acc.tokens) for key, acc in self.acc.items()}
         widths = {key: acc.n for key, acc in self.acc.items()}
-        everyone = gather((local, counts, widths)) if gather else [(local, counts, widths)]
+        maxima = {key: max(acc.amax.values()) for key, acc in self.acc.items() if acc.amax}
+        everyone = gather((local, counts, widths, maxima)) if gather else [
+            (local, counts, widths, maxima)]
         partials: dict = {}
         tokens: dict = {}
-        for their_partials, their_counts, their_widths in everyone:
+        for their_partials, their_counts, their_widths, their_maxima in everyone:
             widths.update(their_widths)
+            for key, value in their_maxima.items():  # HSCALE-CAL-2: the max over processes
+                self.amax[key] = max(self.amax.get(key, 0.0), value)
             for key, batches in their_partials.items():
                 partials.setdefault(key, {}).update(batches)
                 tokens.setdefault(key, {}).update(their_counts[key])
@@ -223,23 +234,38 @@ class BlockStatistics:
                         self._add(gate, x)
                         self._add(down, module._apply_gate(F.linear(x, module.gate_up_proj[e])))
             routed_h, routed_H, routed_tokens = self.h, self.H, self.tokens
-            self.h, self.H, self.tokens = {}, {}, {}
+            routed_amax = self.amax
+            self.h, self.H, self.tokens, self.amax = {}, {}, {}, {}
             self.reduce(gather, all_reduce)
             fallback_tokens = self.tokens
             self.h, self.H = {**routed_h, **self.h}, {**routed_H, **self.H}
+            self.amax = {**routed_amax, **self.amax}
             self.tokens = routed_tokens
             for path, e in missing:
                 seen = fallback_tokens.get(self.layout.expert_module(path, e, "gate"), 0)
                 for part in ("gate", "up", "down"):
                     self.fallbacks[self.layout.expert_module(path, e, part)] = (
-                        f"never routed to by the calibration data: h from all {seen} tokens "
-                        "through it (statistics only)")
+                        f"never routed to by the calibration data: h and amax from all {seen} "
+                        "tokens through it (statistics only)")
         self.kept.clear()
 
     def result(self):
         """({module: h}, {module: H} (with ``full``), {module: tokens}) for every module that
         saw its input (or got a fallback), float64 numpy; modules sharing an input share the
-        same arrays."""
+        same arrays. ``input_amax()`` gives the modules' amax the same way."""
+        shares = self._shares()
+        h = {m: self.h[k] for m, k in shares.items() if k in self.h}
+        H = {m: self.H[k] for m, k in shares.items() if k in self.H}
+        tokens = {m: self.tokens.get(k, 0) for m, k in shares.items()}
+        return h, H, tokens
+
+    def input_amax(self) -> dict:
+        """{module: max |x| over its counted tokens} (HSCALE-CAL-2), after ``reduce`` (and
+        ``fill_unrouted``): shared as ``result`` shares h; a module no token reached is
+        absent."""
+        return {m: self.amax[k] for m, k in self._shares().items() if k in self.amax}
+
+    def _shares(self) -> dict:
         shares = dict(self.shares)
         for path, (_, count) in self.experts.items():
             for e in range(count):
@@ -247,7 +273,4 @@ class BlockStatistics:
                 for part in ("gate", "up", "down"):
                     module = self.layout.expert_module(path, e, part)
                     shares[module] = gate if part != "down" else module
-        h = {m: self.h[k] for m, k in shares.items() if k in self.h}
-        H = {m: self.H[k] for m, k in shares.items() if k in self.H}
-        tokens = {m: self.tokens.get(k, 0) for m, k in shares.items()}
-        return h, H, tokens
+        return shares

@@ -11,6 +11,8 @@ How h is computed here (:class:`HessianDiagCollector`, :func:`collect_hessian_di
 * a forward *pre*-hook on each Linear sees the layer's input x exactly as the layer does;
 * x is cast to float64 first, then squared and summed over tokens into a float64 accumulator
   (so no fp32 rounding of x^2 or of the running sum);
+* ``amax`` (HSCALE-CAL-2, the W4A4 activation scale) is ``max |x|`` over the same counted
+  rows, from the same hook: exact (a maximum rounds nothing), in the input's own dtype;
 * padding is excluded with a token mask of shape ``[batch, seq]``: a token counts iff its mask
   entry is non-zero. The Linear's input must be ``[batch, seq, n]`` (or the flattened
   ``[batch*seq, n]``), or ``[batch, n]``, one vector per sequence (a pooler), every one counted;
@@ -99,6 +101,7 @@ class HessianDiagCollector:
         h = col.hessian_diag()                # {name: np.ndarray float64 (in_features,)}
         col.tokens                            # {name: number of token rows accumulated}
         col.calls                             # {name: number of times the hook fired}
+        col.input_amax()                      # {name: max |x| over the counted tokens}
 
     With ``full=True`` it also accumulates the whole ``H = X^T X`` (fp64, (n, n)), for GPTQ
     (HSCALE-GPTQ-1) and the full-Hessian layer objective; :meth:`hessian` returns it. ``h`` is
@@ -128,6 +131,7 @@ class HessianDiagCollector:
         } if self.full else {}
         self.tokens: Dict[str, int] = {name: 0 for name, _ in self.layers}
         self.calls: Dict[str, int] = {name: 0 for name, _ in self.layers}
+        self.amax: Dict[str, float] = {}  # HSCALE-CAL-2: max |x| of the counted tokens
         self._mask = None
         self._handles: List[Any] = []
 
@@ -165,6 +169,8 @@ class HessianDiagCollector:
             if self.full:
                 gram = self._gram[name]
                 gram += (x64.T @ x64).to(gram.device)
+            if rows.shape[0]:  # HSCALE-CAL-2: amax = max |x| over the counted tokens
+                self.amax[name] = max(self.amax.get(name, 0.0), float(rows.abs().max()))
             self.tokens[name] += int(rows.shape[0])
             self.calls[name] += 1
             return None
@@ -242,6 +248,11 @@ class HessianDiagCollector:
     def hessian_diag(self) -> Dict[str, np.ndarray]:
         return {name: acc.detach().cpu().numpy().astype(np.float64, copy=True) for name, acc in self._acc.items()}
 
+    def input_amax(self) -> Dict[str, float]:
+        """``{name: max |x|}`` over the counted tokens (HSCALE-CAL-2) of every layer at least
+        one counted token reached (a layer none reached is absent)."""
+        return dict(self.amax)
+
     def hessian(self) -> Dict[str, np.ndarray]:
         """``{name: H = X^T X}`` float64 (n, n), symmetric; only with ``full=True``."""
         if not self.full:
@@ -278,7 +289,8 @@ def _run_collector(collector, batches, progress: bool, desc: str, stats) -> None
             stacklevel=3,
         )
     if stats is not None:
-        stats.update(tokens=dict(collector.tokens), calls=dict(collector.calls), batches=n_batches)
+        stats.update(tokens=dict(collector.tokens), calls=dict(collector.calls), batches=n_batches,
+                     amax=collector.input_amax())
 
 
 def collect_hessian_diag(
@@ -297,7 +309,7 @@ def collect_hessian_diag(
     ``(name, nn.Linear)`` pairs / a ``{name: nn.Linear}`` mapping. ``batches``: see the module
     docstring; with mapping batches the token mask is ``batch[mask_key]``. A tqdm bar over the
     batches is shown when ``progress`` is true. If ``stats`` is a dict it receives ``tokens``
-    and ``calls`` (per layer) and ``batches`` (count). A layer that was never called warns and
+    and ``calls`` (per layer), ``amax`` (per layer, HSCALE-CAL-2) and ``batches`` (count). A layer that was never called warns and
     gets an all-zero h. Hooks are removed even when the forward raises.
     """
     collector = HessianDiagCollector(model, layers, mask_key=mask_key)

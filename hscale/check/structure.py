@@ -13,6 +13,7 @@ from hscale.checkpoints import LAYOUTS, ROLE_DTYPES, Layout, SafetensorsModel
 from hscale.judge.findings import Finding
 from hscale.models.architecture import ignored
 from hscale.reference import GROUP_SIZE
+from hscale.reference.global_scale import FP32_SMALLEST_NORMAL, LARGEST_PRODUCT_OF_CODES
 
 from .report import LayerResult, Problem, _bits, _f32, counted
 
@@ -72,11 +73,17 @@ def read_layer(model: SafetensorsModel, layout: Layout, layer: LayerResult, line
     missing = [role for role in names if names[role] not in model.info]
     for role in missing:
         present = [names[r] for r in names if r not in missing]
+        if role == "input":
+            layer.problem(role, "NVFP4-CKPT-4", f"missing: a W4A4 {layout.name} checkpoint "
+                          f"stores each quantized Linear's activation scale {names[role]} "
+                          f"beside {', '.join(present)}; an engine has no scale to quantize "
+                          "this Linear's input with", kind="structure")
+            continue
         layer.problem(role, clause, f"missing: the {layout.name} layout stores {names[role]} beside "
                       f"{', '.join(present)}", kind="structure")
-    if missing:
+    if [role for role in missing if role != "input"]:
         return None
-    infos = {role: model.info[names[role]] for role in names}
+    infos = {role: model.info[names[role]] for role in names if role not in missing}
     broken = False
     for role, info in infos.items():
         if info.dtype != ROLE_DTYPES[role]:
@@ -99,8 +106,11 @@ def read_layer(model: SafetensorsModel, layout: Layout, layer: LayerResult, line
         return None
     wanted = {"packed": ((rows, cols // 2), "NVFP4-PACK-1", "(out, in/2)"),
               "scale": ((rows, cols // GROUP_SIZE), "NVFP4-PACK-2", "(out, in/16), row-major"),
-              "global": (layout.global_shape, clause, "the layout's")}
+              "global": (layout.global_shape, clause, "the layout's"),
+              "input": (layout.global_shape, "NVFP4-CKPT-4", "the layout's")}
     for role, (shape, shape_clause, what) in wanted.items():
+        if role not in infos:
+            continue
         found = infos[role].shape
         if found == shape:
             continue
@@ -122,6 +132,8 @@ def read_layer(model: SafetensorsModel, layout: Layout, layer: LayerResult, line
     layer.stored_global_scale = float(stored)
     global_scale = _usable_global_scale(layer, layout, stored)
     codes = _statistics(layer, packed, scale_bytes, global_scale)
+    if "input" in infos:  # after _statistics, which sets layer.stats afresh
+        _usable_input_scale(layer, layout, np.float32(model.array(names["input"]).reshape(-1)[0]))
     if global_scale is None:
         return None
     return {"packed": packed, "scale_bytes": scale_bytes, "codes": codes,
@@ -143,6 +155,48 @@ def _usable_global_scale(layer: LayerResult, layout: Layout, stored: np.float32)
         return None
     layer.global_scale = float(global_scale)
     return global_scale
+
+
+#: An activation range (6 * 448 * a) outside (1e-6, 1e5) is no trained network's input (1e5 is
+#: above float16's largest value, 65504, which bounds the activations of fp16 models); the
+#: stored value read in the other convention means (6 * 448)^2 / amax, so a scale stored in the
+#: wrong one lands there for any amax below about 72 (HSCALE-CAL-2, NVFP4-GS-4).
+ACTIVATION_RANGE = (1e-6, 1e5)
+
+
+def _usable_input_scale(layer: LayerResult, layout: Layout, stored: np.float32) -> None:
+    """A W4A4 activation scale (NVFP4-CKPT-4): a positive normal fp32 in the layout's
+    convention (for compressed-tensors the divisor g whose reciprocal is normal too, NVFP4-ACT-1),
+    whose activation range 2688 a is plausible; recorded in the layer's stats."""
+    value = float(stored)
+    layer.stats["stored_input_scale"] = value
+    shown = _f32(value)
+    if layout.stores_reciprocal:
+        ok = np.isfinite(value) and FP32_SMALLEST_NORMAL <= value <= 2.0 ** 126
+        what = (f"the stored activation divisor g = {shown} is not a positive normal fp32 whose "
+                "reciprocal is a normal fp32")
+    else:
+        ok = np.isfinite(value) and value >= FP32_SMALLEST_NORMAL and value <= 2.0 ** 126
+        what = (f"the stored activation multiplier a = {shown} is not a positive normal fp32 "
+                "whose reciprocal is a normal fp32")
+    if not ok:
+        layer.problem("input", "NVFP4-CKPT-4", what + " (NVFP4-ACT-1): an engine cannot "
+                      "quantize this Linear's input with it", kind="input")
+        return
+    multiplier = float(layout.implied_global_scale(stored))
+    layer.stats["input_scale"] = multiplier
+    activation_range = LARGEST_PRODUCT_OF_CODES * multiplier
+    other = next(o for o in LAYOUTS.values() if o.stores_reciprocal != layout.stores_reciprocal)
+    other_range = LARGEST_PRODUCT_OF_CODES * float(other.implied_global_scale(stored))
+    low, high = ACTIVATION_RANGE
+    if not low <= activation_range <= high:
+        text = (f"stored {shown}, read as {layout.convention} as {layout.name} stores it, means "
+                f"an input range (6 * 448 * a) of {activation_range:.4g}, which no trained "
+                "network's input has")
+        if low <= other_range <= high:
+            text += (f"; read as {other.name} stores it the range is {other_range:.4g}: the "
+                     "activation scale looks stored in the other convention (NVFP4-GS-4)")
+        layer.problem("input", "NVFP4-CKPT-4", text, kind="input")
 
 
 def _statistics(layer: LayerResult, packed, scale_bytes, global_scale) -> np.ndarray:
@@ -198,9 +252,41 @@ def _statistics(layer: LayerResult, packed, scale_bytes, global_scale) -> np.nda
 
 def fused_set_problems(layers: list, layout: Layout) -> list:
     """Fused layers whose stored global scales differ (NVFP4-CKPT-3), for a layout whose
-    engines fuse them (GGUF keeps each its own tensor and .scale)."""
+    engines fuse them (GGUF keeps each its own tensor and .scale); and, W4A4, whose activation
+    scales differ (NVFP4-CKPT-4)."""
     if not layout.one_scale_per_fused_set:
         return []
+    return _fused_global_scales(layers, layout) + (
+        _fused_input_scales(layers, layout) if layout.activations else [])
+
+
+def _fused_input_scales(layers: list, layout: Layout) -> list:
+    """Fused layers (one input, one matmul) whose stored activation scales differ: an engine
+    keeps one, vLLM the largest divisor for dense Linears and the smallest for MoE,
+    TensorRT-LLM refuses to load (NVFP4-CKPT-4)."""
+    stored = {layer.module: layer.stats.get("stored_input_scale") for layer in layers}
+    problems, seen = [], set()
+    for layer in layers:
+        members = layer.fused_with
+        if len(members) < 2 or members in seen:
+            continue
+        seen.add(members)
+        values = {m: stored.get(m) for m in members}
+        if None in values.values() or len({_bits(v) for v in values.values()}) == 1:
+            continue
+        name = f"{members[0].rsplit('.', 1)[0]}.{{{','.join(m.rsplit('.', 1)[-1] for m in members)}}}"
+        name += layout.input_suffix
+        shown = ", ".join(f"{m.rsplit('.', 1)[-1]}{layout.input_suffix} = {values[m]!r} "
+                          f"({_bits(values[m])})" for m in members)
+        problems.append(Problem(name, Finding(
+            "NVFP4-CKPT-4", f"fused layers with different activation scales: {shown}; they "
+            "read one input, which an engine quantizes once with one scale (TensorRT-LLM "
+            "refuses such a checkpoint, vLLM keeps one and mis-scales the others)",
+            kind="fused")))
+    return problems
+
+
+def _fused_global_scales(layers: list, layout: Layout) -> list:
     stored = {layer.module: layer.stored_global_scale for layer in layers}
     problems, seen = [], set()
     for layer in layers:

@@ -17,6 +17,13 @@ multiplier ``s_g`` (NVFP4-GS-4). So a conversion
   of the set, by rescaling the scale bytes of the others, only where that is exact: every byte
   times the ratio of the two scales lands exactly on an E4M3 value, so every element decodes to
   the same value. Otherwise the layers are listed and refused, unless ``--requantize``;
+* carries a W4A4 checkpoint's activation scales (NVFP4-CKPT-4) by the same rule as global
+  scales: the multiplier ``a`` a compressed-tensors ``input_global_scale`` means is
+  ``fp32(1 / g)`` (NVFP4-GS-4), ModelOpt's ``input_scale`` is ``a`` itself; the other way, the
+  reciprocal that reads back as ``a`` (the one the source stored, recorded in the metadata,
+  where two do). An ``a`` no fp32 reciprocal reads back as is refused, naming the tensor (an
+  activation scale is never moved). So compressed-tensors -> ModelOpt -> compressed-tensors
+  gives back every tensor byte for byte, W4A4 included;
 * rewrites the configs (``quantization_config`` in config.json <-> hf_quant_config.json), the
   source's own config kept under ``converted_from`` so that converting back restores it.
 
@@ -51,11 +58,14 @@ from .safetensors import (CheckpointError, SafetensorsModel, ShardWriter, Tensor
 from .stored import open_checkpoint, read_stored_linear
 
 REPORT_NAME = "conversion_report.json"
+#: Appended to RECIPROCAL_KEY + module for a W4A4 activation scale's recorded reciprocal.
+INPUT_KEY = ".input"
 #: Where a ModelOpt file written by this command keeps the reciprocal its compressed-tensors
 #: source stored, when another reciprocal reads back as the same s_g (safetensors metadata).
 RECIPROCAL_KEY = "hscale.reciprocal."
 #: Per-layer tensors of activation or KV-cache quantization: scales in each format's own
-#: convention, which this command does not convert.
+#: convention, which this command does not convert (but a W4A4 layout's own activation scale,
+#: the role ``input``, NVFP4-CKPT-4).
 ACTIVATION_SUFFIXES = (".input_scale", ".input_global_scale", ".output_scale", ".k_scale",
                        ".v_scale")
 
@@ -99,6 +109,9 @@ class LayerPlan:
     byte_map: np.ndarray | None = None  # rescaled: new byte of each old byte
     how: str = "copied"
     reason: str = ""
+    input_stored: np.float32 | None = None  # W4A4: the activation scale the source stores
+    input_multiplier: np.float32 | None = None  # the multiplier a it means (NVFP4-CKPT-4)
+    input_target_stored: np.float32 | None = None  # what the output stores for a
 
 
 def convert_checkpoint(source, destination, *, to: str, force: bool = False,
@@ -108,14 +121,18 @@ def convert_checkpoint(source, destination, *, to: str, force: bool = False,
     exactly without ``requantize``) raises ``CheckpointError`` before anything is written."""
     started = time.perf_counter()
     source = Path(source)
-    target = layout_named(to)
+    layout_named(to)  # a wrong --to is said before the source is read
     detected, model, modules = open_checkpoint(source)
     layout = detected.layout
-    _refuse_activation_quantization(model, detected, source)
+    target = layout_named(to, layout.scheme)  # W4A4 stays W4A4 (NVFP4-CKPT-4)
+    _refuse_activation_quantization(model, detected, source, modules)
     plans = _plan_layers(model, modules, layout, target)
     _reconcile_fused_sets(plans, target)
     for plan in plans.values():
         plan.target_stored = _target_stored(plan, layout, target, model.metadata)
+        if plan.input_stored is not None:
+            plan.input_target_stored = _input_target_stored(plan, layout, target,
+                                                            model.metadata)
         if plan.target_global_scale != plan.global_scale:
             _rescale_or_requantize(plan, model)
     refused = [p for p in plans.values() if p.how == "requantized"]
@@ -143,11 +160,17 @@ def convert_checkpoint(source, destination, *, to: str, force: bool = False,
     return report
 
 
-def _refuse_activation_quantization(model, detected, source: Path) -> None:
+def _refuse_activation_quantization(model, detected, source: Path,
+                                    modules: dict | None = None) -> None:
     """Activation and KV-cache scales are stored in each format's own convention: a copy would
-    silently mean something else, so such checkpoints are refused."""
+    silently mean something else, so such checkpoints are refused, but for the activation
+    scales of a W4A4 layout's quantized Linears (``modules``, NVFP4-CKPT-4), which are
+    converted (not given, as for GGUF, which has no W4A4 here: refused too)."""
+    layout = detected.layout
+    own = ({layout.tensor_names(m)["input"] for m in modules}
+           if layout.activations and modules is not None else set())
     for name in model.names():
-        if name.endswith(ACTIVATION_SUFFIXES):
+        if name.endswith(ACTIVATION_SUFFIXES) and name not in own:
             raise CheckpointError(f"{source}: {name} is an activation or KV-cache scale, which "
                                   "this command does not convert (weights-only NVFP4 only)")
     more = detected.layout.quantizes_more_than_weights(detected)
@@ -177,6 +200,18 @@ def _plan_layers(model: SafetensorsModel, modules: dict, layout: Layout, to: Lay
         global_scale = _usable(module, layout, stored, model.directory)
         plans[module] = LayerPlan(module, names, (packed[0], 2 * packed[1]), global_scale,
                                   stored, target_global_scale=global_scale)
+        if "input" in names:  # W4A4: the activation scale, in the layout's convention
+            if model.info[names["input"]].nbytes != 4:
+                raise CheckpointError(f"{model.directory}: {names['input']} is "
+                                      f"{model.info[names['input']].shape}, not one float32 "
+                                      "(NVFP4-CKPT-4; hscale check says more)")
+            value = np.float32(model.array(names["input"]).reshape(-1)[0])
+            if layout.stored_global_scale_problem(float(value), repr(float(value))) is not None:
+                raise CheckpointError(f"{model.directory}: {names['input']} = {float(value)!r} "
+                                      "is not a usable activation scale (a positive normal "
+                                      "fp32, spec NVFP4-CKPT-4; hscale check says more)")
+            plans[module].input_stored = value
+            plans[module].input_multiplier = layout.implied_global_scale(value)
         if not to.can_store(global_scale):
             plans[module].target_global_scale = to.writable_global_scale(global_scale)
     return plans
@@ -227,7 +262,7 @@ def _target_stored(plan: LayerPlan, layout: Layout, to: Layout, metadata: dict) 
     it already (so nothing changes), else the multiplier (modelopt) or the reciprocal that reads
     back as it, the one a conversion recorded where two do."""
     target = plan.target_global_scale
-    if layout is to and target == plan.global_scale:
+    if layout == to and target == plan.global_scale:
         return plan.stored
     if not to.stores_reciprocal:
         return np.float32(target)
@@ -235,6 +270,31 @@ def _target_stored(plan: LayerPlan, layout: Layout, to: Layout, metadata: dict) 
         return plan.stored
     candidates = reciprocals_of(target)
     recorded = metadata.get(RECIPROCAL_KEY + plan.module)
+    if recorded is not None:
+        value = np.array(int(recorded, 16), np.uint32).view(np.float32)[()]
+        if any(value == c for c in candidates):
+            return np.float32(value)
+    return candidates[0]
+
+
+def _input_target_stored(plan: LayerPlan, layout: Layout, to: Layout,
+                         metadata: dict) -> np.float32:
+    """What the output stores for the layer's activation multiplier a (NVFP4-CKPT-4), by the
+    rule of global scales (NVFP4-GS-4): the source's own value in the same convention, a for
+    ModelOpt, else the reciprocal that reads back as a (the recorded one where two do); an a
+    that no reciprocal reads back as is refused."""
+    a = plan.input_multiplier
+    if layout.stores_reciprocal == to.stores_reciprocal:
+        return plan.input_stored
+    if not to.stores_reciprocal:
+        return np.float32(a)
+    candidates = reciprocals_of(a)
+    if not candidates:
+        raise CheckpointError(f"{plan.module}{layout.input_suffix} = {float(a)!r}: no fp32 "
+                              f"reciprocal reads back as it, so {to.name}'s "
+                              f"{plan.module}{to.input_suffix} cannot mean it exactly (spec "
+                              "NVFP4-GS-4, NVFP4-CKPT-4); an activation scale is not moved")
+    recorded = metadata.get(RECIPROCAL_KEY + plan.module + INPUT_KEY)
     if recorded is not None:
         value = np.array(int(recorded, 16), np.uint32).view(np.float32)[()]
         if any(value == c for c in candidates):
@@ -257,7 +317,7 @@ def _output_tensors(model, plans, to: Layout) -> list:
             continue
         plan, role = roles[name]
         target = to.tensor_names(plan.module)[role]
-        shape = to.global_shape if role == "global" else info.shape
+        shape = to.global_shape if role in ("global", "input") else info.shape
         tensors.append(TensorInfo(target, ROLE_DTYPES[role], shape))
     return tensors
 
@@ -281,6 +341,10 @@ def _metadata(model, plans, layout: Layout, to: Layout) -> dict:
                     and reciprocals_of(plan.global_scale)[0] != plan.stored:
                 bits = int(np.array(plan.stored, np.float32).view(np.uint32))
                 metadata[RECIPROCAL_KEY + plan.module] = f"0x{bits:08X}"
+            if plan.input_stored is not None \
+                    and reciprocals_of(plan.input_multiplier)[0] != plan.input_stored:
+                bits = int(np.array(plan.input_stored, np.float32).view(np.uint32))
+                metadata[RECIPROCAL_KEY + plan.module + INPUT_KEY] = f"0x{bits:08X}"
     return metadata
 
 
@@ -299,6 +363,8 @@ def _write_tensors(model, plans, to: Layout, writer: ShardWriter, report) -> Non
         target_name = to.tensor_names(plan.module)[role]
         if role == "global":
             writer.write(target_name, to.global_scale_array(plan.target_stored))
+        elif role == "input":  # NVFP4-CKPT-4: the activation scale in the target's convention
+            writer.write(target_name, to.global_scale_array(plan.input_target_stored))
         elif plan.how == "copied":
             writer.write(target_name, model.array(name))
         else:
@@ -351,6 +417,15 @@ def _verify(directory: Path, source, plans, layout: Layout, to: Layout) -> list:
         elif not same.all():
             raise RuntimeError(f"{plan.module}: converted {plan.how} but decodes differently "
                                "from the source: a bug, please report (nothing was written)")
+        if plan.input_stored is not None:  # the activation multiplier, bit for bit
+            stored = np.float32(written.array(to.tensor_names(plan.module)["input"])
+                                .reshape(-1)[0])
+            if to.implied_global_scale(stored).view(np.uint32) != \
+                    np.float32(plan.input_multiplier).view(np.uint32):
+                raise RuntimeError(f"{plan.module}: its activation scale means "
+                                   f"{float(to.implied_global_scale(stored))!r} after "
+                                   f"conversion, {float(plan.input_multiplier)!r} before: a "
+                                   "bug, please report (nothing was written)")
         layers.append(layer)
     return layers
 
@@ -360,7 +435,7 @@ def _rewrite_configs(directory: Path, detected, to: Layout, model, plans) -> Non
     under ``converted_from`` (and restored when converting back)."""
     from hscale import __version__
     layout = detected.layout
-    if layout is to:
+    if layout.name == to.name:
         return
     config_path = directory / "config.json"
     config = json.loads(config_path.read_text()) if config_path.is_file() else {}

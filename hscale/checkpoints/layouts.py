@@ -17,6 +17,7 @@ asks the layout and never names one.
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import json
 import re
@@ -34,10 +35,14 @@ from hscale.reference.global_scale import (FP32_SMALLEST_NORMAL, multiplier_from
 from .safetensors import CheckpointError, SafetensorsModel, TensorInfo
 
 #: What each role's tensor must be: its safetensors dtype.
-ROLE_DTYPES = {"packed": "U8", "scale": "F8_E4M3", "global": "F32"}
+ROLE_DTYPES = {"packed": "U8", "scale": "F8_E4M3", "global": "F32", "input": "F32"}
 #: The keys of a compressed-tensors weights quantization that say NVFP4.
 CT_NVFP4_WEIGHTS = {"num_bits": 4, "type": "float", "strategy": "tensor_group",
                     "group_size": GROUP_SIZE, "symmetric": True}
+#: The keys of compressed-tensors' W4A4 ``input_activations`` (its preset scheme ``NVFP4``,
+#: compressed_tensors/quantization/quant_scheme.py): NVFP4 groups of 16, computed per token at
+#: run time (``dynamic: local``) under a static calibrated ``input_global_scale``.
+CT_NVFP4_INPUTS = {**CT_NVFP4_WEIGHTS, "dynamic": "local"}
 CT_FORMAT_NAME = "nvfp4-pack-quantized"
 MODELOPT_CONFIG = "hf_quant_config.json"
 # ModelOpt's names of NVFP4 weights: NVFP4 (its W4A4 recipe, activations quantized too) and
@@ -73,11 +78,39 @@ class Layout:
     stores_reciprocal: bool  # the global scale stored as r = fp32(1/s_g) (NVFP4-GS-4)
     config_file: str  # the file whose quantization config says "NVFP4"
     ignore_key: str  # its list of modules left unquantized
+    input_suffix: str  # W4A4: the suffix of each Linear's activation scale (NVFP4-CKPT-4)
     #: Engines fuse q/k/v and gate/up into one matmul with one global scale (NVFP4-CKPT-3).
     one_scale_per_fused_set = True
+    #: W4A4: each quantized Linear stores its input's activation scale too (role ``input``,
+    #: NVFP4-CKPT-4), in the same convention and shape as its global scale.
+    activations = False
 
     def __repr__(self) -> str:
-        return f"<layout {self.name}>"
+        return f"<layout {self.name}{' W4A4' if self.activations else ''}>"
+
+    @property
+    def scheme(self) -> str:
+        return "w4a4" if self.activations else "w4a16"
+
+    def with_scheme(self, scheme: str) -> "Layout":
+        """This layout for ``w4a16`` (weights only) or ``w4a4`` (an activation scale beside
+        each quantized Linear, NVFP4-CKPT-4): the same class, the role ``input`` added."""
+        if scheme not in SCHEMES:
+            raise CheckpointError(f"scheme {scheme!r}: one of {', '.join(SCHEMES)}")
+        if scheme == self.scheme:
+            return self
+        other = copy.copy(self)
+        other.activations = scheme == "w4a4"
+        other.suffixes = ({**type(self).suffixes, "input": self.input_suffix}
+                          if other.activations else dict(type(self).suffixes))
+        return other
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Layout) and (self.name, self.activations) == (
+            other.name, other.activations)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.activations))
 
     # -- tensor names ---------------------------------------------------------------------
     def tensor_names(self, module: str) -> dict[str, str]:
@@ -87,9 +120,12 @@ class Layout:
     def tensor_infos(self, module: str, rows: int, cols: int) -> list[TensorInfo]:
         """The tensors one quantized (rows, cols) Linear takes, in the order they are written."""
         names = self.tensor_names(module)
-        return [TensorInfo(names["packed"], ROLE_DTYPES["packed"], (rows, cols // 2)),
-                TensorInfo(names["scale"], ROLE_DTYPES["scale"], (rows, cols // GROUP_SIZE)),
-                TensorInfo(names["global"], ROLE_DTYPES["global"], self.global_shape)]
+        infos = [TensorInfo(names["packed"], ROLE_DTYPES["packed"], (rows, cols // 2)),
+                 TensorInfo(names["scale"], ROLE_DTYPES["scale"], (rows, cols // GROUP_SIZE)),
+                 TensorInfo(names["global"], ROLE_DTYPES["global"], self.global_shape)]
+        if self.activations:  # NVFP4-CKPT-4: the activation scale, shaped as the global one
+            infos.append(TensorInfo(names["input"], ROLE_DTYPES["input"], self.global_shape))
+        return infos
 
     def module_of(self, name: str, info: TensorInfo) -> str | None:
         """The quantized Linear a tensor belongs to, from its name (its scale or global scale,
@@ -169,6 +205,19 @@ class Layout:
                 names["scale"]: np.asarray(result.scale_bytes, np.uint8),
                 names["global"]: self.global_scale_array(stored)}
 
+    # -- the activation scale (W4A4, NVFP4-CKPT-4) ------------------------------------------
+    def input_tensors(self, module: str, multiplier) -> dict[str, np.ndarray]:
+        """name -> array of one quantized Linear's activation scale, given its activation
+        multiplier ``a`` (HSCALE-CAL-2): stored in the convention and shape of the layout's
+        global scale (compressed-tensors the divisor ``g = fp32(1/a)``, ModelOpt ``a``). ``a``
+        must read back exactly (``fp32(1/fp32(1/a)) == a``), as HSCALE-CAL-2 makes it."""
+        stored = self.stored_global_scale(multiplier)
+        if self.implied_global_scale(stored) != np.float32(multiplier):
+            raise CheckpointError(
+                f"{module}{self.input_suffix}: activation multiplier {float(multiplier)!r} "
+                f"cannot be stored exactly by {self.name} (spec HSCALE-CAL-2, NVFP4-GS-4)")
+        return {self.tensor_names(module)["input"]: self.global_scale_array(stored)}
+
     # -- configs: subclasses --------------------------------------------------------------
     def config(self, ignore: Iterable[str], version: str) -> dict:
         """The quantization config of a weights-only NVFP4 checkpoint this project writes."""
@@ -230,6 +279,7 @@ class CompressedTensors(Layout):
     clause = "NVFP4-CKPT-1"
     suffixes = {"packed": ".weight_packed", "scale": ".weight_scale",
                 "global": ".weight_global_scale"}
+    input_suffix = ".input_global_scale"
     global_shape = (1,)
     stores_reciprocal = True
     config_file = "config.json"
@@ -242,15 +292,20 @@ class CompressedTensors(Layout):
 
     def config(self, ignore, version):
         """config.json's ``quantization_config`` for NVFP4A16 (weights NVFP4, activations
-        kept), as llm-compressor writes it."""
-        weights = {**CT_NVFP4_WEIGHTS, "dynamic": False, "actorder": None,
-                   "block_structure": None, "observer": "minmax", "observer_kwargs": {}}
+        kept), as llm-compressor writes it; for W4A4 its preset ``NVFP4``, whose
+        ``input_activations`` are NVFP4 groups of 16 quantized per token at run time
+        (``dynamic: local``) under each Linear's stored ``input_global_scale``."""
+        extra = {"actorder": None, "block_structure": None, "observer_kwargs": {}}
+        weights = {**CT_NVFP4_WEIGHTS, "dynamic": False, "observer": "minmax", **extra}
+        inputs = ({**CT_NVFP4_INPUTS, "observer": "static_minmax", **extra}
+                  if self.activations else None)
         return {
             "quant_method": "compressed-tensors",
             "format": CT_FORMAT_NAME,
             "quantization_status": "compressed",
             "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights,
-                                          "input_activations": None, "output_activations": None,
+                                          "input_activations": inputs,
+                                          "output_activations": None,
                                           "format": CT_FORMAT_NAME}},
             "ignore": sorted(ignore),
             "kv_cache_scheme": None,
@@ -266,7 +321,10 @@ class CompressedTensors(Layout):
         if quant.get("format") != CT_FORMAT_NAME:
             raise CheckpointError(f"{directory / 'config.json'}: compressed-tensors format "
                                   f"{quant.get('format')!r}, not {CT_FORMAT_NAME!r} (NVFP4)")
-        return CheckpointFormat(self, list(quant.get("ignore") or []), quant)
+        w4a4 = any(_is_nvfp4_inputs(g.get("input_activations")) for g in
+                   (quant.get("config_groups") or {}).values() if isinstance(g, dict))
+        return CheckpointFormat(self.with_scheme("w4a4" if w4a4 else "w4a16"),
+                                list(quant.get("ignore") or []), quant)
 
     def take_original(self, directory, config):
         return {"quantization_config": config.pop("quantization_config", None)}
@@ -305,15 +363,23 @@ class CompressedTensors(Layout):
             if group.get("format") not in (None, CT_FORMAT_NAME):
                 problems.append(f"config group {name!r}: format {group.get('format')!r}, not "
                                 f"{CT_FORMAT_NAME!r}")
-            if group.get("input_activations"):
+            inputs = group.get("input_activations")
+            if inputs and self.activations:
+                for key, value in CT_NVFP4_INPUTS.items():
+                    if inputs.get(key) != value:
+                        problems.append(f"config group {name!r}: input_activations {key} "
+                                        f"{inputs.get(key)!r}, NVFP4 W4A4 is {value!r} "
+                                        "(NVFP4-CKPT-4)")
+            elif inputs:
                 notes.append(f"config group {name!r} quantizes activations too: only the "
                              "weights are checked")
         return problems, notes
 
     def quantizes_more_than_weights(self, detected):
         for name, group in (detected.config.get("config_groups") or {}).items():
-            if isinstance(group, dict) and group.get("input_activations"):
-                return f"config group {name!r} quantizes activations"
+            if isinstance(group, dict) and group.get("input_activations") and not (
+                    self.activations and _is_nvfp4_inputs(group["input_activations"])):
+                return f"config group {name!r} quantizes activations (not as NVFP4 W4A4)"
         if detected.config.get("kv_cache_scheme"):
             return "a kv_cache_scheme quantizes the KV cache"
         return None
@@ -321,7 +387,7 @@ class CompressedTensors(Layout):
     def ignore_entries(self, ignore, source, modules, quantized):
         """Names stay; a glob becomes ``re:`` its regular expression (compressed-tensors'
         entries are names or ``re:`` expressions)."""
-        if source is self:
+        if source.name == self.name:
             return list(ignore)
         return [f"re:{fnmatch.translate(p)}" if any(c in p for c in "*?[") else p
                 for p in ignore]
@@ -331,6 +397,7 @@ class ModelOpt(Layout):
     name = "modelopt"
     clause = "NVFP4-CKPT-2"
     suffixes = {"packed": ".weight", "scale": ".weight_scale", "global": ".weight_scale_2"}
+    input_suffix = ".input_scale"
     global_shape = ()
     stores_reciprocal = False
     config_file = MODELOPT_CONFIG
@@ -343,11 +410,12 @@ class ModelOpt(Layout):
         return super().module_of(name, info)
 
     def config(self, ignore, version):
-        """``hf_quant_config.json`` of a ModelOpt NVFP4 export of the weights only: ModelOpt's
-        and vLLM's name for it is W4A16_NVFP4 (their ``NVFP4`` also quantizes activations, and
-        a loader then looks for each Linear's ``input_scale``)."""
+        """``hf_quant_config.json`` of a ModelOpt NVFP4 export: of the weights only, ModelOpt's
+        and vLLM's name for it is W4A16_NVFP4; W4A4 is ``NVFP4``, and a loader then reads each
+        Linear's ``input_scale`` (NVFP4-CKPT-4)."""
+        algo = "NVFP4" if self.activations else "W4A16_NVFP4"
         return {"producer": {"name": "hscale-nvfp4", "version": version},
-                "quantization": {"quant_algo": "W4A16_NVFP4", "group_size": GROUP_SIZE,
+                "quantization": {"quant_algo": algo, "group_size": GROUP_SIZE,
                                  "exclude_modules": sorted(ignore), "kv_cache_quant_algo": None}}
 
     def detect(self, directory, config):
@@ -361,7 +429,8 @@ class ModelOpt(Layout):
             if quant.get("quant_algo") not in MODELOPT_NVFP4_ALGOS:
                 raise CheckpointError(f"{path}: quant_algo {quant.get('quant_algo')!r}, not one "
                                       f"of {', '.join(MODELOPT_NVFP4_ALGOS)}")
-            return CheckpointFormat(self, list(quant.get("exclude_modules") or []), document,
+            return CheckpointFormat(self._for_algo(quant.get("quant_algo")),
+                                    list(quant.get("exclude_modules") or []), document,
                                     MODELOPT_CONFIG)
         quant = config.get("quantization_config") or {}
         if quant.get("quant_method") != "modelopt":
@@ -370,7 +439,12 @@ class ModelOpt(Layout):
             raise CheckpointError(f"{directory / 'config.json'}: modelopt quant_algo "
                                   f"{quant.get('quant_algo')!r}, not one of "
                                   f"{', '.join(MODELOPT_NVFP4_ALGOS)}")
-        return CheckpointFormat(self, list(quant.get("exclude_modules") or []), quant)
+        return CheckpointFormat(self._for_algo(quant.get("quant_algo")),
+                                list(quant.get("exclude_modules") or []), quant)
+
+    def _for_algo(self, algo) -> "Layout":
+        """``NVFP4`` is ModelOpt's W4A4 (an ``input_scale`` per Linear, NVFP4-CKPT-4)."""
+        return self.with_scheme("w4a4" if algo == "NVFP4" else "w4a16")
 
     def take_original(self, directory, config):
         path = directory / MODELOPT_CONFIG
@@ -404,10 +478,10 @@ class ModelOpt(Layout):
             problems.append(f"group_size {quant.get('group_size')!r}, NVFP4 is {GROUP_SIZE}")
         if quant.get("quant_algo") == "NVFP4" and not any(
                 name.endswith(".input_scale") for name in model.info):
-            notes.append(f"{detected.config_name} says quant_algo NVFP4, ModelOpt's W4A4 recipe, but "
-                         "no input_scale tensors are stored: a loader that quantizes "
-                         "activations finds no scales for them (ModelOpt names weights-only "
-                         "NVFP4 W4A16_NVFP4); only the weights are checked")
+            problems.append(f"{detected.config_name} says quant_algo NVFP4, ModelOpt's W4A4 "
+                            "recipe, but no input_scale tensors are stored: a loader that "
+                            "quantizes activations finds no scales for them (NVFP4-CKPT-4; "
+                            "ModelOpt names weights-only NVFP4 W4A16_NVFP4)")
         return problems, notes
 
     def quantizes_more_than_weights(self, detected):
@@ -427,18 +501,29 @@ class ModelOpt(Layout):
         return list(dict.fromkeys(out))
 
 
+def _is_nvfp4_inputs(inputs) -> bool:
+    """Whether a compressed-tensors ``input_activations`` entry says NVFP4 groups of 16 (the
+    preset ``NVFP4``'s): 4-bit floats, tensor_group (vLLM's ``_is_fp4a4_nvfp4`` reads no more)."""
+    return isinstance(inputs, dict) and all(inputs.get(k) == CT_NVFP4_WEIGHTS[k] for k in
+                                            ("num_bits", "type", "strategy", "group_size"))
+
+
+#: What ``--scheme`` takes: weights only (the default), or weights and activations.
+SCHEMES = ("w4a16", "w4a4")
+
 #: Every layout, by name: the choices of ``--format`` and ``--to``.
 LAYOUTS = {layout.name: layout for layout in (CompressedTensors(), ModelOpt())}
 FORMATS = tuple(LAYOUTS)
 
 
-def layout_named(name) -> Layout:
-    """The layout called ``name`` (a Layout is returned as it is), or a CheckpointError."""
+def layout_named(name, scheme: str | None = None) -> Layout:
+    """The layout called ``name`` (a Layout is returned as it is), for ``scheme`` when given
+    (``w4a16``, ``w4a4``), or a CheckpointError."""
     if isinstance(name, Layout):
-        return name
+        return name if scheme is None else name.with_scheme(scheme)
     if name not in LAYOUTS:
         raise CheckpointError(f"format {name!r}: one of {', '.join(FORMATS)}")
-    return LAYOUTS[name]
+    return LAYOUTS[name] if scheme is None else LAYOUTS[name].with_scheme(scheme)
 
 
 def detect_format(directory) -> CheckpointFormat:

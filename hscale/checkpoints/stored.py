@@ -57,8 +57,9 @@ def read_stored_linear(model: SafetensorsModel, layout: Layout | str, module: st
     for name in names.values():
         if name not in model.info:
             raise CheckpointError(f"{model.directory}: {module} lacks {name}")
-    for role, dtype in ROLE_DTYPES.items():
-        found = model.info[names[role]].dtype
+    for role, name in names.items():
+        dtype = ROLE_DTYPES[role]
+        found = model.info[name].dtype
         if found != dtype:
             raise CheckpointError(f"{model.directory}: {names[role]} is {found}, the "
                                   f"{layout.name} layout stores {dtype}")

@@ -56,7 +56,7 @@ def _quantize(args) -> int:
     from hscale.quantize import REPORT_NAME, format_summary, quantize_model
     ignore = tuple(args.ignore) if args.ignore is not None else DEFAULT_IGNORE
     request = _request(args, out=args.out, pipeline=args.pipeline, method=args.method,
-                       format=args.format, backend=args.backend, K=args.K, U=args.U,
+                       format=args.format, scheme=args.scheme, backend=args.backend, K=args.K, U=args.U,
                        ignore=ignore, hessian=args.hessian, damp=args.damp,
                        block_size=args.block_size, act_order=args.act_order,
                        static_groups=args.static_groups, max_shard_bytes=args.max_shard_size,
@@ -83,6 +83,7 @@ def _calibrate(args) -> int:
 
 def add_parsers(commands) -> None:
     from hscale.checkpoints import FORMATS
+    from hscale.checkpoints.layouts import SCHEMES
     from hscale.pipelines import AUTO_BACKEND, AUTO_BACKEND_RULE, PIPELINES
     from hscale.reference.gptq import DEFAULT_BLOCK_SIZE, DEFAULT_DAMP
     from hscale.reference.validation import MODEL_METHODS as METHODS
@@ -103,6 +104,10 @@ def add_parsers(commands) -> None:
                           help="the scale byte: rtn keeps the initial byte, scale-only searches "
                                "with h = 1, hscale with h (default)")
     quantize.add_argument("--format", default="compressed-tensors", choices=FORMATS)
+    quantize.add_argument("--scheme", default="w4a16", choices=SCHEMES,
+                          help="w4a16 (default): NVFP4 weights, activations kept; w4a4: also "
+                               "each Linear's activation scale from its calibrated input amax "
+                               "(engines quantize activations at run time; Blackwell GPUs)")
     quantize.add_argument("--backend", default=AUTO_BACKEND,
                           help=f"numpy (the reference), torch, torch-cuda, cupy or "
                                f"module:factory, every one bit-identical to the reference; "

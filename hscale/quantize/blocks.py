@@ -59,7 +59,8 @@ class BlockCalibration:
 
     def run_block(self, index: int, full: bool):
         """Block ``index`` run on the batches: ``({module: h}, {module: H}, {module: tokens},
-        {module: fallback})`` with checkpoint module names, reduced over every process."""
+        {module: fallback}, {module: input amax})`` with checkpoint module names, reduced over
+        every process."""
         import torch
         started = time.perf_counter()
         layer = self.decoder.materialize(index)
@@ -83,17 +84,18 @@ class BlockCalibration:
         self.seconds["forward"] += forward
         self.decoder.release(index)
         h, H, tokens = stats.result()
-        return h, H, tokens, dict(stats.fallbacks)
+        return h, H, tokens, dict(stats.fallbacks), stats.input_amax()
 
     def head_statistics(self, module: str, full: bool):
-        """h (and H) of the head's input: the final norm of the last block's output."""
+        """h (and H), tokens and input amax of the head's input: the final norm of the last
+        block's output."""
         stats = BlockStatistics(None, None, self.decoder.layout, full)
         for b in self.mine:
             stats.batch(b, self.masks[b])
             stats.add_rows(module, stats.rows_of(self.decoder.final_norm(self.hidden[b])))
         stats.reduce(self.ranks.gather, self.ranks.all_reduce)
         h, H, tokens = stats.result()
-        return h, H, tokens
+        return h, H, tokens, stats.input_amax()
 
     def block_h_bytes(self, index: int, plans) -> int:
         """Bytes of float64 H of the block's planned weights, one per distinct input at most

@@ -66,9 +66,10 @@ def width_warnings(plans, tokens: int) -> list[str]:
 
 
 def calibrate(directory: Path, modules: list[str], request: QuantizeRequest, full: bool,
-              texts: list[str] | None = None):
+              texts: list[str] | None = None, amax: dict | None = None):
     """({module: h}, {module: H} or {}, facts) from a forward pass of the whole model over the
-    calibration text (or ``texts``)."""
+    calibration text (or ``texts``); ``amax`` (a dict), when given, receives each module's
+    input amax from the same pass (HSCALE-CAL-2)."""
     import torch
     texts = calibration_texts(request) if texts is None else texts
     cls, _ = architecture(directory)
@@ -91,6 +92,8 @@ def calibrate(directory: Path, modules: list[str], request: QuantizeRequest, ful
         h, H = collect_hessian_diag(model, batches, layers, progress=request.progress,
                                     desc="calibration", stats=stats), {}
     del model
+    if amax is not None:
+        amax.update(stats.get("amax", {}))
     facts = {"texts": len(texts), "batches": stats.get("batches"), "seq_len": request.seq_len,
              "tokens": max(stats.get("tokens", {0: 0}).values(), default=0),
              "full_hessian": bool(H), "dtype": request.calibration_dtype}
@@ -166,11 +169,11 @@ def _calibrate_blocks(path: Path, directory, source, model, found, plans, reques
         calibration.start()
         for index in range(found.blocks):
             progress.block(index, "calibrating")
-            h, H, _, _ = calibration.run_block(index, full)
+            h, H = calibration.run_block(index, full)[:2]
             _write_statistics(writer, groups[1 + index], h, H, full)
             progress.advance(sum(p.weights for p in groups[1 + index]))
         if groups[-1]:
-            h, H, _ = calibration.head_statistics(found.head, full)
+            h, H = calibration.head_statistics(found.head, full)[:2]
             _write_statistics(writer, groups[-1], h, H, full)
         progress.close()
         writer.close()

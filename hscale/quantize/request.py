@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hscale.checkpoints import DEFAULT_MAX_SHARD_BYTES, FORMATS, CheckpointError, read_header
+from hscale.checkpoints.layouts import SCHEMES
 from hscale.models.architecture import DEFAULT_IGNORE
 from hscale.pipelines import pipeline_named
 from hscale.reference.constants import DEFAULT_K, DEFAULT_U
@@ -23,6 +24,7 @@ class QuantizeRequest:
     pipeline: str = "rtn"
     method: str = "hscale"
     format: str = "compressed-tensors"
+    scheme: str = "w4a16"  # "w4a4": an activation scale per Linear too (HSCALE-CAL-2)
     backend: str = "auto"  # the fastest exact backend here (hscale.pipelines.default_backend)
     K: int = DEFAULT_K
     U: int = DEFAULT_U
@@ -84,6 +86,13 @@ def check_request(request: QuantizeRequest) -> None:
     check_choice("method", request.method, MODEL_METHODS)
     if request.format not in FORMATS:
         raise ValueError(f"--format {request.format!r}: one of {', '.join(FORMATS)}")
+    if request.scheme not in SCHEMES:
+        raise ValueError(f"--scheme {request.scheme!r}: one of {', '.join(SCHEMES)}")
+    if request.scheme == "w4a4" and request.hessian is not None:
+        raise ValueError("--scheme w4a4 with --hessian: the activation scales come from the "
+                         "calibration forward pass (each Linear's input amax, spec "
+                         "HSCALE-CAL-2), which a Hessian file does not hold; leave out "
+                         "--hessian")
     for name in ("samples", "seq_len", "batch_size", "block_size", "max_shard_bytes"):
         value = getattr(request, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -131,7 +140,8 @@ def check_calibration_data(request: QuantizeRequest) -> None:
 
 
 def needs_calibration(request: QuantizeRequest) -> bool:
-    return request.method == "hscale" or request.pipeline == "gptq"
+    return (request.method == "hscale" or request.pipeline == "gptq"
+            or request.scheme == "w4a4")
 
 
 def model_directory(request: QuantizeRequest) -> Path:

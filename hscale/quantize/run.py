@@ -89,7 +89,8 @@ def quantize_model(request: QuantizeRequest | None = None, log=None, **options) 
         report.path = ("block by block" if sequential else "whole model") + (
             f" on {ranks.world} processes" if ranks.distributed else "")
         c = SimpleNamespace(request=request, directory=directory, source=source, model=model,
-                            inventory=found, plans=plans, layout=layout_named(request.format),
+                            inventory=found, plans=plans, layout=layout_named(request.format,
+                                                                           request.scheme),
                             backend=get(backend_name), ranks=ranks, report=report, log=log,
                             seconds=Counter(), timings={}, batches=None, output=None,
                             hidden_store=None)

@@ -17,6 +17,7 @@ from hscale import __version__
 from hscale.checkpoints import ShardWriter
 from hscale.pipelines import PIPELINES
 
+from .activations import add_input_scale
 from .blocks import REPORT_H_BYTES, BlockCalibration
 from .layer import quantize_layer, set_global_scale
 from .plan import block_order, output_tensors
@@ -90,7 +91,7 @@ class SequentialRun:
         c = self.c
         c.progress.block(index, "calibrating" if calibration is not None else "quantizing")
         if calibration is None:
-            return {}, {}, {}, {}
+            return {}, {}, {}, {}, {}
         started = time.perf_counter()
         full = PIPELINES[c.request.pipeline].needs_full_hessian or \
             calibration.block_h_bytes(index, plans) <= REPORT_H_BYTES
@@ -101,21 +102,21 @@ class SequentialRun:
     def _head_statistics(self, calibration, plans):
         head = self.c.inventory.head
         if calibration is None:
-            return {}, {}, {}, {}
+            return {}, {}, {}, {}, {}
         full = PIPELINES[self.c.request.pipeline].needs_full_hessian
-        h, H, tokens = ({}, {}, {})
+        h, H, tokens, amax = ({}, {}, {}, {})
         for plan in plans:
             if plan.module == head:
-                h, H, tokens = calibration.head_statistics(plan.module, full)
+                h, H, tokens, amax = calibration.head_statistics(plan.module, full)
         fallbacks = {p.module: "outside the decoder blocks, not the head: no calibration "
                                "input" for p in plans if p.module != head}
-        return h, H, tokens, fallbacks
+        return h, H, tokens, fallbacks, amax
 
     def _quantize(self, index, plans, stats) -> dict:
         """{tensor name: array} of the block's quantized weights, on process 0 (each process
         quantizes its share; the entries go to the report)."""
         c = self.c
-        h, H, tokens, fallbacks = stats
+        h, H, tokens, fallbacks, amax = stats
         c.progress.step("quantizing")
         owners = c.ranks.share_out([p.weights for p in plans])
         ceiling = PIPELINES[c.request.pipeline].scale_ceiling
@@ -141,6 +142,7 @@ class SequentialRun:
                 plan, weight, scales.get(plan.module), c.request, c.backend, c.layout,
                 h.get(plan.module), H.get(plan.module), tokens.get(plan.module),
                 fallbacks.get(plan.module), on_groups, c.timings)
+            add_input_scale(plan, tensors, entry, amax, c.layout)
             del weight
             c.progress.advance(plan.weights - done[0])
             if index is not None:

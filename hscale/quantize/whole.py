@@ -19,6 +19,7 @@ from hscale.pipelines import PIPELINES
 from hscale import __version__
 
 from .calibrate import calibrate, calibration_texts, refuse_whole_moe, width_warnings
+from .activations import add_input_scale
 from .layer import quantize_layer, set_global_scale
 from .plan import output_tensors
 from .progress import Progress
@@ -32,7 +33,7 @@ def run_whole(c, calibrating: bool) -> None:
     quantized = [p for p in c.plans if p.quantize]
     modules = [p.module for p in quantized]
     gptq = PIPELINES[request.pipeline].needs_full_hessian
-    h, H = {}, {}
+    h, H, amax = {}, {}, {}
     if request.hessian is not None:
         h, H = load_hessians(request.hessian, modules, gptq, lazy=True)
         report.calibration = {"from": request.hessian}
@@ -41,7 +42,8 @@ def run_whole(c, calibrating: bool) -> None:
         started = time.perf_counter()
         want_full = gptq or sum(p.cols ** 2 * 8 for p in quantized) <= FULL_HESSIAN_BUDGET
         texts = calibration_texts(request)
-        h, H, report.calibration = calibrate(c.directory, modules, request, want_full, texts)
+        h, H, report.calibration = calibrate(c.directory, modules, request, want_full, texts,
+                                              amax)
         report.warnings += width_warnings(c.plans, report.calibration["tokens"])
         for line in report.warnings:
             c.log(f"warning: {line}")
@@ -78,6 +80,7 @@ def run_whole(c, calibrating: bool) -> None:
                                             c.backend, layout, h.get(plan.module),
                                             H.get(plan.module), on_groups=on_groups,
                                             timings=c.timings)
+            add_input_scale(plan, tensors, entry, amax, layout)
             for tensor_name, data in tensors.items():
                 writer.write(tensor_name, data)
             report.layers.append(entry)
