@@ -48,7 +48,8 @@ from hscale.conformance import certificate as cert
 from hscale.conformance.checker import Tally
 from hscale.judge.clauses import clause_ids, is_known
 from hscale.judge.domain import Domain
-from hscale.judge.profiles import ALLOWANCES, EXACT, PROFILES, check_profile
+from hscale.judge.options import suite_options
+from hscale.judge.profiles import check_profile
 
 SUITE_DIR = Path(__file__).resolve().parent
 
@@ -115,33 +116,8 @@ STATE_KEY = pytest.StashKey[SuiteState]()
 
 def pytest_addoption(parser):
     group = parser.getgroup("hscale-conformance", "H-Scale NVFP4 conformance")
-    group.addoption("--backend", action="append", default=None, metavar="NAME",
-                    help="backend under test: numpy, torch, torch-cuda, cupy or "
-                         "package.module:factory (repeatable; default: every built-in)")
-    group.addoption("--allow-unavailable", action="store_true",
-                    help="a backend named with --backend that cannot run here skips (default: "
-                         "the session stops with the reason)")
-    group.addoption("--profile", default=EXACT, choices=PROFILES,
-                    help="exact: bit-identical to hscale.reference (default); faithful: "
-                         "certificate check with --allow allowances; format: the format "
-                         "clauses only, for implementations with their own scale rule")
-    group.addoption("--allow", action="append", default=[], metavar="NAME",
-                    help="allowance of the faithful or format profile (repeatable): "
-                         + ", ".join(ALLOWANCES))
-    group.addoption("--clause", action="append", default=[], metavar="ID",
-                    help="run only the tests and vector cases of this docs/spec.md clause "
-                         "(repeatable)")
-    group.addoption("--strict-inputs", action="store_true",
-                    help="the input contract (the bad inputs of NVFP4-IN-* rejected) decides "
-                         "the verdict too; by default it is reported beside it")
-    group.addoption("--strict-errors", action="store_true",
-                    help="require every backend's rejections of bad input to name the "
-                         "argument, the first offending index and the clause (always "
-                         "required of this project's own backends)")
-    group.addoption("--certificate", "--conformance-report", dest="conformance_report",
-                    default=None, metavar="PATH",
-                    help="the certificate, JSON (default ./reports/conformance-<backend>.json; "
-                         "'{backend}' in PATH is replaced by the backend id)")
+    for option in suite_options():  # hscale conform declares the same (hscale.judge.options)
+        group.addoption(option.flag, *option.aliases, **option.settings)
 
 
 def suite_requested(config) -> bool:

@@ -25,32 +25,17 @@ PYTEST_USAGE_ERROR, PYTEST_NO_TESTS = 4, 5
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from hscale.judge.profiles import ALLOWANCES, EXACT, PROFILES
+    from hscale.judge.options import suite_options
     parser = CommandParser(prog="hscale conform", description=plain_text(__doc__),
                            formatter_class=argparse.RawDescriptionHelpFormatter,
                            epilog="The backend contract: hscale docs backends. The suite, its "
                                   "profiles and the certificate: hscale docs conformance.")
-    parser.add_argument("--backend", action="append", required=True, metavar="NAME",
-                        help="numpy, torch, torch-cuda, cupy, or package.module:factory for "
-                             "your own (repeatable)")
-    parser.add_argument("--profile", default=EXACT, choices=PROFILES,
-                        help="exact: bit-identical to the spec (default); faithful: with the "
-                             "named allowances; format: the format clauses only")
-    parser.add_argument("--allow", action="append", default=[], metavar="NAME",
-                        help="an allowance of the faithful or format profile (repeatable): "
-                             + ", ".join(ALLOWANCES))
-    parser.add_argument("--certificate", default=None, metavar="FILE",
-                        help="where to write the certificate, JSON ('{backend}' is replaced by "
-                             "the backend id; default ./reports/conformance-<backend>.json)")
-    parser.add_argument("--clause", action="append", default=[], metavar="ID",
-                        help="only the tests of this spec clause (repeatable)")
-    parser.add_argument("--strict-inputs", action="store_true",
-                        help="the input contract (which bad inputs are rejected) decides the "
-                             "verdict too")
-    parser.add_argument("--strict-errors", action="store_true",
-                        help="rejections must name the argument, the index and the clause")
-    parser.add_argument("--allow-unavailable", action="store_true",
-                        help="a backend that cannot run here skips instead of being an error")
+    for option in suite_options():  # the suite's own options (hscale.judge.options)
+        settings = dict(option.settings)
+        if option.flag == "--backend":
+            settings.update(required=True, help="numpy, torch, torch-cuda, cupy, or "
+                            "package.module:factory for your own (repeatable)")
+        parser.add_argument(option.flag, *option.aliases, **settings)
     parser.add_argument("--quick", action="store_true",
                         help="leave out the full models and the large sweeps (marked slow): a "
                              "first look, not a certificate of the whole suite")
@@ -65,20 +50,9 @@ def pytest_arguments(args, extra: list[str]) -> list[str]:
     # hscale is imported before pytest starts (this command is part of it), so pytest cannot
     # rewrite its asserts and would say so on every run: the suite's checks do not rely on
     # assert rewriting (their messages are the diagnoser's).
+    from hscale.judge.options import forwarded
     argv = ["--pyargs", "hscale.conformance", "-q", "-p", "no:cacheprovider",
-            "-W", "ignore::pytest.PytestAssertRewriteWarning"]
-    for name in args.backend:
-        argv += ["--backend", name]
-    argv += ["--profile", args.profile]
-    for name in args.allow:
-        argv += ["--allow", name]
-    for ident in args.clause:
-        argv += ["--clause", ident]
-    if args.certificate:
-        argv += ["--certificate", args.certificate]
-    argv += [flag for flag, on in (("--strict-inputs", args.strict_inputs),
-                                   ("--strict-errors", args.strict_errors),
-                                   ("--allow-unavailable", args.allow_unavailable)) if on]
+            "-W", "ignore::pytest.PytestAssertRewriteWarning", *forwarded(args)]
     if args.quick:
         argv += ["-m", "not slow"]
     if args.hypothesis_profile:

@@ -1,0 +1,60 @@
+"""``hscale conform`` and the suite's pytest plugin take the suite's options from one table
+(hscale.judge.options): every value given to the command reaches pytest as the plugin reads it."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from hscale.cli.conform import build_parser, pytest_arguments
+from hscale.judge.options import suite_options
+
+ARGV = ["--backend", "numpy", "--backend", "pkg.mod:make", "--profile", "faithful",
+        "--allow", "fp32-scale-rounding", "--allow", "reciprocal-multiply",
+        "--clause", "NVFP4-E2M1-2", "--certificate", "out/{backend}.json", "--strict-inputs",
+        "--strict-errors", "--allow-unavailable"]
+
+
+def _plugin_parser() -> argparse.ArgumentParser:
+    """The plugin's declarations, as pytest's parser (argparse underneath) reads them."""
+    parser = argparse.ArgumentParser()
+    for option in suite_options():
+        parser.add_argument(option.flag, *option.aliases, **option.settings)
+    return parser
+
+
+def test_every_value_of_the_command_reaches_the_suite():
+    args = build_parser().parse_args(ARGV)
+    forwarded = pytest_arguments(args, [])
+    suite, rest = _plugin_parser().parse_known_args(forwarded)
+    assert rest == ["--pyargs", "hscale.conformance", "-q", "-p", "no:cacheprovider", "-W",
+                    "ignore::pytest.PytestAssertRewriteWarning"]
+    assert suite.backend == ["numpy", "pkg.mod:make"]
+    assert suite.profile == "faithful"
+    assert suite.allow == ["fp32-scale-rounding", "reciprocal-multiply"]
+    assert suite.clause == ["NVFP4-E2M1-2"]
+    assert suite.conformance_report == "out/{backend}.json"
+    assert suite.strict_inputs and suite.strict_errors and suite.allow_unavailable
+    assert vars(suite) == {option.dest: getattr(args, option.dest) for option in suite_options()}
+
+
+def test_defaults_forward_nothing_the_suite_would_not_assume():
+    args = build_parser().parse_args(["--backend", "numpy"])
+    suite = _plugin_parser().parse_known_args(pytest_arguments(args, []))[0]
+    defaults = _plugin_parser().parse_args([])
+    assert {k: v for k, v in vars(suite).items() if k != "backend"} == \
+        {k: v for k, v in vars(defaults).items() if k != "backend"}
+
+
+def test_the_command_requires_a_backend_the_plugin_does_not():
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--profile", "exact"])
+    assert _plugin_parser().parse_args([]).backend is None
+
+
+def test_the_plugin_declares_the_table_to_pytest(pytestconfig):
+    """This session's own pytest has the plugin loaded: each option is known with its default."""
+    for option in suite_options():
+        assert pytestconfig.getoption(option.dest) == option.settings.get("default", False) \
+            or option.dest == "backend"
