@@ -186,7 +186,7 @@ def run(sizes, configs, backends, repeat, ops_per_weight, workers, out=sys.stdou
                 runtime = backend.runtime()
                 timer = KernelTimer(runtime)
                 try:
-                    def call():
+                    def call(weight_dev=weight_dev):  # bound now: deleted after the loop
                         return backend.quantize_on_device(weight_dev, h, **options)
                     first = call()
                     wrong = mismatch(expected, first.to_host(runtime))
