@@ -172,6 +172,28 @@ def tiny_model():
                            fused={m: (m,) for m in weights}, directory=None)
 
 
+def synthetic_doc():
+    """A tiny decoder section as synthetic.synthetic_analyses writes it (values made up)."""
+    from hscale.report.spread import interval
+    from hscale.report.synthetic import CAPTION, SHAPE
+    rows = {"rtn": {"ran": True, "data_free": True, "heldout": {"mean": 1.0, "half_width": None},
+                    "output": {"mean": 1.0}, "seconds": {"mean": 0.1}},
+            "hscale": {"ran": True, "data_free": False, "heldout": interval([0.6, 0.62, 0.61]),
+                       "output": interval([0.6, 0.6, 0.6]), "seconds": interval([1, 1.1, 1.2])},
+            "scale-only": {"ran": True, "data_free": True, "output": {"mean": 0.8},
+                           "heldout": {"mean": 0.8, "half_width": None},
+                           "seconds": {"mean": 0.2}},
+            "some library": {"ran": False, "data_free": False,
+                             "reason": "needs CUDA: and more"}}
+    family = {"architecture": "LlamaForCausalLM", "layers": 14, "groups": 100, "experts": 0,
+              "rows": rows, "window": {k: interval([0.9, 0.95, 1.0])
+                                       for k in ("0,16", "6,16", "6,16 p10")},
+              "shift_shares": {k: interval([0.3, 0.31, 0.32])
+                               for k in ("keep", "larger", "smaller")}}
+    return {"caption": CAPTION, "shape": dict(SHAPE), "subsets": 3, "fraction": 0.5,
+            "families": {"Llama": family}}
+
+
 def test_report_renders_the_same_bytes_twice(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib is not installed")
     from hscale import report
@@ -185,16 +207,22 @@ def test_report_renders_the_same_bytes_twice(tmp_path):
                     "output_heldout": {"mean": 0.72, "median": 0.71}, "improved_heldout": 2,
                     "layers": 2},
         "some library": {"ran": False, "reason": "somelib is not installed here"}}
+    doc["synthetic"] = synthetic_doc()
     first = report.render(doc, tmp_path / "a")
     second = report.render(doc, tmp_path / "b")
     pngs = [p.name for p in first if p.suffix == ".png"]
-    assert len(pngs) == 6
+    assert len(pngs) == 7 and "synthetic.png" in pngs
     for a, b in zip(first, second):
         assert a.read_bytes() == b.read_bytes(), a.name
     assert b"Software" not in (tmp_path / "a" / "shifts.png").read_bytes()
     assert not list((tmp_path / "a").glob("*.tmp"))
     tables = (tmp_path / "a" / "tables.md").read_text()
     assert "| some library | not run: somelib is not installed here" in tables
+    # the tiny decoders: labelled synthetic, data-free rows said so, not-run rows as such
+    assert "synthetic seeded weights: not evidence about trained models" in tables
+    assert "| weight-guided (h = 1) | -20.0% (data-free) |" in tables
+    assert "| H-Scale | -39.00% +- 2.48 |" in tables  # 0.61 +- 4.303 * 0.01 / sqrt(3)
+    assert "| some library | not run: needs CUDA (the head to head above" in tables
     # the tables say what the records say: layer 0's H-Scale error over RTN's
     ratios = [r["output"]["hscale"] / r["output"]["rtn"] for r in doc["layers"]]
     assert f"{100 * (np.mean(ratios) - 1):+.1f}%" in tables
@@ -291,3 +319,31 @@ def test_spread_interval_is_the_student_t_interval_worked_by_hand():
     got = interval([5, 1, 4, 2, 3])
     assert got["mean"] == 3.0
     assert abs(got["half_width"] - 2.776 * 0.5 ** 0.5) < 1e-12
+
+
+def test_synthetic_family_analyses_are_consistent(monkeypatch):
+    """One tiny decoder family, 2 calibration subsets, no competitor libraries: min-max is the
+    reference (exactly 0%), a data-free method's held-out figure does not move with the subset,
+    the oracle (started at H-Scale's scales) is never worse than H-Scale on the calibration
+    text, the shift shares sum to 1; each interval is the one of its per-subset values."""
+    pytest.importorskip("transformers")
+    from hscale.report import synthetic
+    from hscale.report.spread import interval
+    monkeypatch.setattr(synthetic, "SHAPE", dict(synthetic.SHAPE, hidden_size=64,
+                                                 intermediate_size=128, head_dim=16))
+    got = synthetic.family_analyses("llama", {}, subsets=2, iterations=3, competitors=False,
+                                    progress=False)
+    rows = got["rows"]
+    assert got["layers"] == 14 and got["experts"] == 0
+    assert rows["rtn"]["data_free"] and rows["rtn"]["heldout"]["mean"] == 1.0
+    assert rows["scale-only"]["data_free"] and rows["scale-only"]["heldout"]["half_width"] is None
+    first, second = rows["scale-only"]["heldout"]["values"]
+    assert first == second  # the held-out G and s_g are fixed: a subset cannot move it
+    assert not rows["hscale"]["data_free"] and len(rows["hscale"]["heldout"]["values"]) == 2
+    assert rows["hscale"]["heldout"] == interval(rows["hscale"]["heldout"]["values"])
+    for a, b in zip(rows["best-scale"]["output"]["values"], rows["hscale"]["output"]["values"]):
+        assert a <= b + 1e-12
+    assert rows["hscale"]["output"]["mean"] < 1.0
+    shares = got["shift_shares"]
+    for k in range(2):
+        assert abs(sum(shares[n]["values"][k] for n in ("keep", "larger", "smaller")) - 1) < 1e-12

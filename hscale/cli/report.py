@@ -36,8 +36,11 @@ def add_parser(commands) -> None:
                        "H-Scale with the installed libraries' scale searches (docs/fidelity.md)",
         description="Regenerate docs/fidelity/: per-layer output error of each scale search "
                     "against min-max, the shift statistics, the (U, K) window sweep, H-Scale on "
-                    "each pipeline, the paper's microcase and the head-to-head table, as JSON, "
-                    "markdown tables and PNG plots (same bytes on a rerun on the same machine).")
+                    "each pipeline, the paper's microcase, the head-to-head table with its spread "
+                    "over calibration subsets, and the same head to head on the kit's tiny "
+                    "decoder families (Llama, Qwen3, Qwen3-MoE shapes, synthetic seeded weights), "
+                    "as JSON, markdown tables and PNG plots (same bytes on a rerun on the same "
+                    "machine).")
     report.add_argument("--out", default=str(DEFAULT_OUT), metavar="DIR",
                         help=f"the directory to write (default {DEFAULT_OUT}; the project's "
                              "docs are regenerated with --out docs/fidelity)")

@@ -2,7 +2,10 @@
 (docs/fidelity.md).
 
 Every Linear is calibrated on the bundled text (G = X^T X) and evaluated on that text and on
-held-out text. The figures go to ``OUT/figures.json``, the tables to ``OUT/tables.md`` and the
+held-out text; the spread over 5 calibration subsets covers every row whose scales depend on
+the calibration, and the same head to head runs on the kit's tiny decoder families (Llama,
+Qwen3, Qwen3-MoE shapes with seeded weights: synthetic, and labelled so; ``synthetic.py``).
+The figures go to ``OUT/figures.json``, the tables to ``OUT/tables.md`` and the
 plots to ``OUT/*.png``; the same inputs give the same bytes on the same machine (Agg, fixed size
 and dpi, no timestamp or software tag in the PNGs). The head-to-head rows of competitor
 libraries that are not installed here are kept from an earlier ``OUT/figures.json``.
@@ -19,13 +22,13 @@ import numpy as np
 
 from hscale.files import write_json, write_text
 
-from . import analyses, pipelines, spread
+from . import analyses, pipelines, spread, synthetic
 from hscale.evaluation.quality import output_error
 from hscale.reference import DEFAULT_SCALE_CEILING
 
 from .head_to_head import (BASELINE_ROW, BLOCK_ROW, COMPETITORS, FUNCTIONS, HSCALE_ROW,
                            MODELOPT_CALIBRATORS, head_to_head)
-from .plots import plot_head_to_head, plot_layers, plot_shifts, plot_window
+from .plots import plot_head_to_head, plot_layers, plot_shifts, plot_synthetic, plot_window
 from .tables import tables
 from .progress import bar as _bar
 from .vocabulary import BEST_SCALE_ITERATIONS, DEFAULT_OUT, METHODS
@@ -137,6 +140,8 @@ def render(doc: dict, out: Path) -> list[Path]:
     written.append(plot_window(doc["summary"], out / "window.png"))
     if any(r.get("ran") for r in (doc.get("head_to_head") or {}).values()):
         written.append(plot_head_to_head(doc["head_to_head"], out / "head_to_head.png"))
+    if doc.get("synthetic"):
+        written.append(plot_synthetic(doc["synthetic"], out / "synthetic.png"))
     return written
 
 
@@ -172,6 +177,10 @@ def build(out: Path = DEFAULT_OUT, progress=True, iterations=BEST_SCALE_ITERATIO
     # the spread recalibrates the model on subsets of the text: a bare set of layers has none
     doc["spread"] = (spread.calibration_spread(model, progress=progress)
                      if model.directory is not None else None)
+    # the tiny decoder families (synthetic seeded weights), with the same subsets; the report's
+    # own model, not a bare set of layers (tests), brings them
+    doc["synthetic"] = (synthetic.synthetic_analyses(progress=progress)
+                        if model.directory is not None else None)
     # Earlier rows of methods the report no longer has (renamed, dropped) are not carried on.
     earlier = {n: r for n, r in earlier.items() if n in row_names()}
     skip = {n for n, r in earlier.items() if r.get("ran")} if reuse_measured else set()

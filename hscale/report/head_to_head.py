@@ -86,6 +86,15 @@ FUNCTIONS = (
 )
 
 
+# The rows whose scales depend on the calibration data (H-Scale's h, hscale-block's blocks, an
+# importance matrix, ModelOpt's local Hessian); every other row is data-free: its scales come
+# from the weights alone, so a calibration subset cannot move it (the spread says so).
+CALIBRATED_ROWS = (HSCALE_ROW, BLOCK_ROW,
+                   "AutoRound opt_rtn_nv_fp4, importance matrix = diag(X^T X)",
+                   "llm-compressor imatrix_mse observer, importance = diag(X^T X)",
+                   "ModelOpt local-Hessian calibrator")
+
+
 def library_dequantized(adapter, result) -> np.ndarray:
     """float64 (m, n) of a library's result: code value x E4M3 scale x s_g, s_g the multiplier
     or the reciprocal of what the library stores, as its ``global_scale_convention`` says."""

@@ -35,11 +35,29 @@ def interval(values) -> dict:
     return {"mean": float(v.mean()), "half_width": float(half), "values": [float(x) for x in v]}
 
 
+def calibrated_competitors() -> dict:
+    """name -> function(weight, s_g, h) of the head-to-head's library functions whose scales
+    depend on the calibration (an importance matrix h), or the reason one cannot run here."""
+    import importlib
+    from .head_to_head import CALIBRATED_ROWS, FUNCTIONS
+    out = {}
+    for name, library, function in FUNCTIONS:
+        if name in CALIBRATED_ROWS:
+            try:
+                importlib.import_module(library)
+                out[name] = (function, library)
+            except ImportError:
+                out[name] = f"{library} is not installed here"
+    return out
+
+
 def calibration_spread(model, subsets: int = SUBSETS, fraction: float = FRACTION,
-                       progress: bool = True) -> dict:
+                       progress: bool = True, competitors: bool = True) -> dict:
     """Per subset: each method's mean over the Linears of its held-out output error relative to
     min-max, and its seconds over all Linears; then the interval over subsets (and of the
-    paired difference hscale-block minus hscale)."""
+    paired difference hscale-block minus hscale). ``competitors``: also the head-to-head's
+    library searches whose scales depend on the calibration (an importance matrix from the
+    subset's diag G), in the same run; a library's failure is its row's finding."""
     from hscale.calibration import calibration_texts
     from hscale.quantize import QuantizeRequest, calibrate
     texts = calibration_texts()
@@ -47,6 +65,9 @@ def calibration_spread(model, subsets: int = SUBSETS, fraction: float = FRACTION
     modules = list(model.weights)
     request = QuantizeRequest(progress=False)
     per = {m: {"heldout": [], "seconds": []} for m in SPREAD_METHODS}
+    others = calibrated_competitors() if competitors else {}
+    other = {n: {"heldout": [], "seconds": []} for n, f in others.items() if not isinstance(f, str)}
+    failed = {n: f for n, f in others.items() if isinstance(f, str)}
     for seed in range(subsets):
         pick = np.sort(np.random.default_rng(seed).choice(len(texts), int(fraction * len(texts)),
                                                           replace=False))
@@ -67,12 +88,32 @@ def calibration_spread(model, subsets: int = SUBSETS, fraction: float = FRACTION
         for method in SPREAD_METHODS:
             per[method]["heldout"].append(float(np.mean(ratios[method])))
             per[method]["seconds"].append(seconds[method])
+        for name in [n for n in other if n not in failed]:
+            function = others[name][0]
+            try:
+                function(np.ones((1, 16), np.float32), np.float32(1 / 2688), np.ones(16))  # warm
+                ratio, spent = [], 0.0
+                for module in modules:
+                    w, Gh = model.weights[module], model.G_heldout[module]
+                    start = time.perf_counter()
+                    deq = function(w, scales[module], np.diag(G[module]).copy())
+                    spent += time.perf_counter() - start
+                    rtn = quantize(w, method="rtn", global_scale=scales[module]).dequantize()
+                    ratio.append(output_error(w, deq, Gh) / output_error(w, rtn, Gh))
+                other[name]["heldout"].append(float(np.mean(ratio)))
+                other[name]["seconds"].append(spent)
+            except Exception as error:  # noqa: BLE001 - a library's failure is its finding
+                failed[name] = f"{type(error).__name__}: {error}"[:300]
         if progress:
             print(f"  calibration subset {seed + 1}/{subsets}: "
                   + ", ".join(f"{m} {100 * (per[m]['heldout'][-1] - 1):+.2f}%"
                               for m in SPREAD_METHODS), flush=True)
+    rows = {n: {"ran": True, "library": others[n][1], "heldout": interval(v["heldout"]),
+                "seconds": interval(v["seconds"])} for n, v in other.items() if n not in failed}
+    rows.update({n: {"ran": False, "reason": why} for n, why in failed.items()})
     return {"subsets": subsets, "fraction": fraction, "sentences": int(fraction * len(texts)),
             "methods": {m: {"heldout": interval(v["heldout"]), "seconds": interval(v["seconds"])}
                         for m, v in per.items()},
+            "competitors": rows,
             "block_minus_hscale": interval(np.array(per["hscale-block"]["heldout"])
                                            - np.array(per["hscale"]["heldout"]))}

@@ -78,25 +78,113 @@ def tables(doc: dict) -> str:
     lines += spread_table(doc.get("spread"))
     rows = doc.get("head_to_head") or {}
     if rows:
+        spread = doc.get("spread")
         lines += ["", "### Head to head: layer output error relative to min-max (RTN), every "
                   "Linear, same s_g and calibration", "",
                   "| scale selection | calibration text (mean / median) | held-out text (mean / "
-                  "median) | layers improved (held-out) | sentence-embedding cosine to fp32, "
+                  "median) | held-out, over "
+                  f"{spread['subsets'] if spread else 'no'} calibration subsets (mean +- 95% "
+                  "interval) | layers improved (held-out) | sentence-embedding cosine to fp32, "
                   "held-out (mean / min) | seconds (all Linears) | version |",
-                  "|---|---:|---:|---:|---:|---:|---|"]
+                  "|---|---:|---:|---:|---:|---:|---:|---|"]
         for name, r in rows.items():
             if r.get("ran"):
                 lines.append(f"| {name} | {pct(r['output']['mean'])} / "
                              f"{pct(r['output']['median'])} | {pct(r['output_heldout']['mean'])}"
                              f" / {pct(r['output_heldout']['median'])} | "
+                             f"{_spread_cell(name, spread)} | "
                              f"{r['improved_heldout']} of {r['layers']} | "
                              f"{_cosine(r.get('embedding_cosine_heldout'))} | "
                              f"{r['seconds']:.2f} | {_version(r.get('version', ''))} |")
         for name, r in rows.items():
             if not r.get("ran"):
                 reason = r["reason"].removeprefix("not run: ")
-                lines.append(f"| {name} | not run: {reason} | | | | | |")
+                lines.append(f"| {name} | not run: {reason} | | | | | | |")
+    lines += synthetic_table(doc.get("synthetic"))
     return "\n".join(lines) + "\n"
+
+
+def _interval(v, digits=2) -> str:
+    return f"{100 * (v['mean'] - 1):+.{digits}f}% +- {100 * v['half_width']:.{digits}f}"
+
+
+def _spread_cell(name: str, spread) -> str:
+    """A head-to-head row's held-out figure over the calibration subsets (table (f)), or why
+    it has none."""
+    from .head_to_head import BASELINE_ROW, BLOCK_ROW, CALIBRATED_ROWS, HSCALE_ROW
+    if not spread:
+        return "not measured (no calibration subsets in this run)"
+    if name == BASELINE_ROW:
+        return "the reference (data-free)"
+    if name in (HSCALE_ROW, BLOCK_ROW):
+        return _interval(spread["methods"]["hscale" if name == HSCALE_ROW else "hscale-block"]
+                         ["heldout"])
+    if name not in CALIBRATED_ROWS:
+        return "data-free: scales from the weights alone, no calibration spread"
+    row = (spread.get("competitors") or {}).get(name)
+    if row is None:
+        return "not measured over the subsets"
+    if not row.get("ran"):
+        return f"not run over the subsets: {row['reason']}"
+    return _interval(row["heldout"])
+
+
+def synthetic_table(synthetic) -> list[str]:
+    """(g): the head to head and the shift and window figures on the tiny decoder families,
+    labelled synthetic."""
+    if not synthetic:
+        return []
+    shape = synthetic["shape"]
+    lines = ["", f"### (g) Tiny decoders ({', '.join(synthetic['families'])}; hidden "
+             f"{shape['hidden_size']}, {shape['num_hidden_layers']} blocks): "
+             f"{synthetic['caption']}", "",
+             f"Held-out output error relative to min-max, mean over the Linears; mean +- 95% "
+             f"interval over {synthetic['subsets']} calibration subsets (each a seeded random "
+             f"{int(100 * synthetic['fraction'])}% of the calibration sentences, the same as "
+             "(f)); a data-free method's scales depend on the weights alone, so it has one "
+             "value. Seconds: scale selection of all the family's Linears, per subset.", ""]
+    families = synthetic["families"]
+    names = []
+    for family in families.values():
+        names += [n for n in family["rows"] if n not in names and n != "rtn"]
+    lines += ["| method | " + " | ".join(f"{k} (held-out) | {k} (s)" for k in families) + " |",
+              "|---|" + "---:|---:|" * len(families)]
+    for name in names:
+        cells = []
+        for family in families.values():
+            r = family["rows"].get(name)
+            if r is None:
+                cells += ["", ""]
+            elif not r.get("ran"):
+                cells += [f"not run: {r['reason'].split(':')[0]} (the head to head above "
+                          "gives the whole reason)", ""]
+            elif r["data_free"]:
+                cells += [f"{pct(r['heldout']['mean'])} (data-free)",
+                          f"{r['seconds']['mean']:.2f}"]
+            else:
+                cells += [_interval(r["heldout"]),
+                          f"{r['seconds']['mean']:.2f} +- {r['seconds']['half_width']:.2f}"]
+        lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(cells) + " |")
+    lines += ["", "| figure | " + " | ".join(families) + " | paper, Qwen3-4B-Instruct |",
+              "|---|" + "---:|" * (len(families) + 1)]
+    for key, label, paper in (
+            ("keep", "groups keeping the max-abs byte", PAPER["shift_shares"]["keep"]),
+            ("larger", "groups taking a larger scale", PAPER["shift_shares"]["larger"]),
+            ("smaller", "groups taking a smaller scale", PAPER["shift_shares"]["smaller"])):
+        lines.append(f"| {label} | " + " | ".join(
+            f"{100 * f['shift_shares'][key]['mean']:.1f}% +- "
+            f"{100 * f['shift_shares'][key]['half_width']:.1f}" for f in families.values())
+            + f" | {100 * paper:.1f}% |")
+    for key, label, paper in (("0,16", "U = 0, K = 16: median share of the full-ladder gain",
+                               PAPER["window_table"]["0,16"][0]),
+                              ("6,16", "U = 6, K = 16: median share",
+                               PAPER["window_table"]["6,16"][0]),
+                              ("6,16 p10", "U = 6, K = 16: P10 over the Linears",
+                               PAPER["window_table"]["6,16"][1])):
+        lines.append(f"| {label} | " + " | ".join(
+            f"{100 * f['window'][key]['mean']:.2f}% +- {100 * f['window'][key]['half_width']:.2f}"
+            for f in families.values()) + f" | {paper:.2f}% |")
+    return lines
 
 
 def _cosine(stats) -> str:
@@ -128,6 +216,18 @@ def spread_table(spread) -> list[str]:
                      f"{100 * e['half_width']:.2f} | "
                      + ", ".join(f"{100 * (x - 1):+.2f}%" for x in e["values"])
                      + f" | {t['mean']:.2f} +- {t['half_width']:.2f} |")
+    for name, row in (spread.get("competitors") or {}).items():
+        if row.get("ran"):
+            e, t = row["heldout"], row["seconds"]
+            lines.append(f"| {name} | {100 * (e['mean'] - 1):+.2f}% +- "
+                         f"{100 * e['half_width']:.2f} | "
+                         + ", ".join(f"{100 * (x - 1):+.2f}%" for x in e["values"])
+                         + f" | {t['mean']:.2f} +- {t['half_width']:.2f} |")
+        else:
+            lines.append(f"| {name} | not run: {row['reason']} | | |")
+    lines += ["", "Every other head-to-head row is data-free (its scales come from the weights "
+              "alone), so a calibration subset cannot move its held-out figure; the head-to-head "
+              "table says so row by row."]
     d = spread["block_minus_hscale"]
     lines += ["", f"hscale-block minus H-Scale, paired by subset: {100 * d['mean']:+.2f} points "
               f"+- {100 * d['half_width']:.2f} (95% interval)."]
