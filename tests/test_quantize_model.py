@@ -6,7 +6,6 @@ output appears complete or not at all."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -309,19 +308,27 @@ def modelopt_decode_rule(stored) -> np.ndarray:
 
 
 @pytest.mark.clause("NVFP4-CKPT-2")
-def test_modelopt_checkpoint_decodes_with_modelopt(tiny, tmp_path):
-    """The ModelOpt checkpoint's tensors through ModelOpt's own NVFP4QTensor.dequantize (its
-    code runs on the CPU): equal to the rule restated above, and to NVFP4-DEQ-1's dequantize()
-    except where the block scale's float32 rounding moves the last bit (counted)."""
+@pytest.mark.parametrize("scheme", ["w4a16", "w4a4"])
+def test_modelopt_checkpoint_decodes_with_modelopt(tiny, tmp_path, scheme):
+    """The ModelOpt checkpoint's tensors (W4A16, and W4A4 with its input scales) through
+    ModelOpt's own NVFP4QTensor.dequantize (its code runs on the CPU): equal to the rule
+    restated above, and to NVFP4-DEQ-1's dequantize() except where the block scale's float32
+    rounding moves the last bit (counted)."""
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         qtensor = pytest.importorskip("modelopt.torch.quantization.qtensor.nvfp4_tensor")
+    from llm_families import written
     from hscale.reference import dequantize, unpack_codes
     out = tmp_path / "out"
-    quantize_model(model_dir=str(tiny), out=str(out), method="rtn", format="modelopt",
-                   progress=False)
+    # W4A4 calibrates its input scales: a decoder with a tokenizer (tiny has none)
+    source = tiny if scheme == "w4a16" else written(tmp_path, "llama")
+    quantize_model(model_dir=str(source), out=str(out), method="rtn", format="modelopt",
+                   scheme=scheme, progress=False, samples=16)
     written = SafetensorsModel(out)
+    quant_algo = json.loads((out / "hf_quant_config.json").read_text())["quantization"][
+        "quant_algo"]
+    assert quant_algo == {"w4a16": "W4A16_NVFP4", "w4a4": "NVFP4"}[scheme]
     counts = {"weights": 0, "modelopt != rule": 0, "modelopt != dequantize()": 0}
     for module in quantized_modules(written, "modelopt"):
         stored = read_stored_linear(written, "modelopt", module)
@@ -336,14 +343,17 @@ def test_modelopt_checkpoint_decodes_with_modelopt(tiny, tmp_path):
         counts["weights"] += theirs.size
         counts["modelopt != rule"] += int(np.sum(theirs != modelopt_decode_rule(stored)))
         counts["modelopt != dequantize()"] += int(np.sum(theirs != exact))
-    print(f"\nModelOpt decoding of the tiny decoder's checkpoint: {counts}")
+        input_scale = f"{module}.input_scale"
+        assert (input_scale in written.names()) == (scheme == "w4a4"), input_scale
+    print(f"\nModelOpt decoding of the tiny decoder's {scheme} checkpoint: {counts}")
     assert counts["modelopt != rule"] == 0, counts
 
 
 def test_rtn_pipeline_quantizes_each_weight_once_and_checks_it_once(tiny, tiny_hessians,
                                                                    tmp_path, monkeypatch):
     """With the rtn pipeline the result's initial bytes are RTN's bytes at the same s_g, so the
-    report's RTN comparison encodes their codes instead of quantizing the weight a second time;
+    report's errors against RTN are read at them (rounding_quality) instead of quantizing the
+    weight a second time;
     the weight's finiteness is checked once (by the backend's validation), not also by the
     global scale's amax and by a second quantization."""
     import hscale.backends
@@ -386,3 +396,17 @@ def test_the_rtn_comparison_is_rtn(tiny):
             got = rtn_counterpart(weight, result, pipeline, get("numpy"))
             assert np.array_equal(got.codes, expected.codes), (name, pipeline)
             assert np.array_equal(got.scale_bytes, expected.scale_bytes), (name, pipeline)
+
+
+def test_a_model_without_tokenizer_files_is_refused_when_calibration_needs_one(tiny, tmp_path):
+    """transformers builds a tokenizer with an empty vocabulary from config.json alone: every
+    text would be zero tokens, and the forward fail on an empty batch. Said in one line."""
+    with pytest.raises(ValueError, match="no tokenizer to calibrate with .*config.json alone"):
+        quantize_model(model_dir=str(tiny), out=str(tmp_path / "out"), progress=False)
+    assert not (tmp_path / "out").exists()
+    result = subprocess.run([sys.executable, "-m", "hscale", "quantize", str(tiny), "--out",
+                             str(tmp_path / "out"), "--quiet"], capture_output=True, text=True)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines()
+             if line.startswith("hscale quantize:")]
+    assert len(lines) == 1 and "no tokenizer" in lines[0] and "Traceback" not in result.stderr

@@ -35,6 +35,13 @@ def load_tokenizer(directory: Path):
         except Exception as exc:  # noqa: BLE001 - any failure: the directory has no tokenizer
             raise ValueError(f"{directory}: no tokenizer to calibrate with ({exc}); pass "
                              "--hessian with h from hscale calibrate") from None
+    if not tokenizer("calibration text")["input_ids"]:
+        # transformers 5 builds a tokenizer from config.json alone where a directory has no
+        # tokenizer files; its vocabulary is empty, and every text would be zero tokens
+        raise ValueError(f"{directory}: no tokenizer to calibrate with (no tokenizer files: "
+                         f"the {type(tokenizer).__name__} built from config.json alone gives "
+                         "no token for any text); add the model's tokenizer, or pass --hessian "
+                         "with h from hscale calibrate")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
