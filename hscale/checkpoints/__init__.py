@@ -2,6 +2,7 @@
 ``hscale check``, ``hscale convert``).
 
 - ``safetensors``: the container, read lazily and written tensor by tensor (``ShardWriter``);
+- ``layout_base``: what every layout shares (the tensor roles, ``Layout``, ``CheckpointFormat``);
 - ``layouts``: the layouts engines load, one class each (compressed-tensors, ModelOpt): tensor
   names, the global scale's convention, the quantization config (NVFP4-CKPT-1, -2);
 - ``stored``: the quantized Linears of a checkpoint as stored, and decoded (NVFP4-DEQ-1);
@@ -12,8 +13,9 @@ modules) is carried over unchanged. Outputs are written under a hidden temporary
 renamed when complete (``hscale.files.OutputDirectory``).
 """
 
-from .layouts import (FORMATS, LAYOUTS, MODELOPT_CONFIG, ROLE_DTYPES, CheckpointFormat, Layout,
-                      detect_format, layout_named, reciprocals_of)
+from .layout_base import (MODELOPT_CONFIG, ROLE_DTYPES, CheckpointFormat, Layout,
+                          reciprocals_of)
+from .layouts import FORMATS, LAYOUTS, detect_format, layout_named
 from .safetensors import (DEFAULT_MAX_SHARD_BYTES, CheckpointError, SafetensorsModel,
                           ShardWriter, TensorInfo, copy_side_files, read_header)
 from .stored import (StoredLinear, checkpoint_weights, open_checkpoint, quantized_modules,

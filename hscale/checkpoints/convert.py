@@ -51,7 +51,8 @@ from hscale.files import OutputDirectory
 from hscale.models.architecture import fused_sets
 from hscale.reference import GROUP_SIZE
 
-from .layouts import CONVERTED_FROM, ROLE_DTYPES, Layout, layout_named, reciprocals_of
+from .layout_base import CONVERTED_FROM, ROLE_DTYPES, Layout, reciprocals_of
+from .layouts import layout_named
 from .rescale import exact_byte_map, requantized
 from .safetensors import (CheckpointError, SafetensorsModel, ShardWriter, TensorInfo,
                           copy_side_files)

@@ -29,7 +29,7 @@ import numpy as np
 from hscale.reference import GROUP_SIZE
 from hscale.reference.gguf_blocks import from_gguf_blocks
 
-from .layouts import CheckpointFormat, Layout
+from .layout_base import CheckpointFormat, Layout
 from .safetensors import CheckpointError, TensorInfo
 
 #: The four bytes a GGUF file starts with.

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .layouts import ROLE_DTYPES, CheckpointFormat, Layout, detect_format, layout_named
+from .layout_base import ROLE_DTYPES, CheckpointFormat, Layout
+from .layouts import detect_format, layout_named
 from .safetensors import CheckpointError, SafetensorsModel
 
 

@@ -83,7 +83,7 @@ def _calibrate(args) -> int:
 
 def add_parsers(commands) -> None:
     from hscale.checkpoints import FORMATS
-    from hscale.checkpoints.layouts import SCHEMES
+    from hscale.checkpoints.layout_base import SCHEMES
     from hscale.pipelines import AUTO_BACKEND, AUTO_BACKEND_RULE, PIPELINES
     from hscale.reference.gptq import DEFAULT_BLOCK_SIZE, DEFAULT_DAMP
     from hscale.reference.validation import MODEL_METHODS as METHODS

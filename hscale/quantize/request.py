@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hscale.checkpoints import DEFAULT_MAX_SHARD_BYTES, FORMATS, CheckpointError, read_header
-from hscale.checkpoints.layouts import SCHEMES
+from hscale.checkpoints.layout_base import SCHEMES
 from hscale.models.architecture import DEFAULT_IGNORE
 from hscale.pipelines import pipeline_named
 from hscale.reference.constants import DEFAULT_K, DEFAULT_U
