@@ -851,6 +851,14 @@ NO_VECTOR_CASE["NVFP4-CKPT-3"] = (
     "which Linears of a model share one s_g is a model-level rule of the checkpoint writer; "
     "for one tensor a shared s_g is a supplied global scale (NVFP4-GS-3, covered); tested by "
     "tests/test_quantize_model.py")
+NO_VECTOR_CASE["NVFP4-CKPT-4"] = (
+    "a W4A4 checkpoint's file layout (the input scale's tensor name, dtype and convention, the "
+    "config keys), not a quantizer's inputs and outputs; tested by tests/test_w4a4.py against "
+    "the installed compressed-tensors and ModelOpt and by `hscale check`")
+NO_VECTOR_CASE["HSCALE-CAL-2"] = (
+    "a calibration statistic of a model (each Linear's input amax over the calibration tokens) "
+    "and the fp32 chain from it to the activation scale: tested by tests/test_w4a4.py against "
+    "independent hooks and a Fraction evaluation of the chain on all 2^23 significands")
 
 
 def clause_index(cases) -> dict[str, list[str]]:
