@@ -26,7 +26,7 @@ from llm_families import written  # noqa: E402
 from hscale.check import check_checkpoint  # noqa: E402
 from hscale.checkpoints import SafetensorsModel, detect_format  # noqa: E402
 from hscale.checkpoints.convert import convert_checkpoint  # noqa: E402
-from hscale.quantize import quantize_model  # noqa: E402
+from hscale.quantize import format_summary, quantize_model  # noqa: E402
 
 FORMATS = ("compressed-tensors", "modelopt")
 SAMPLES, SEQ_LEN = 8, 256  # the bundled texts are shorter than 256 tokens: padding
@@ -207,6 +207,10 @@ def test_minilm_w4a4_both_layouts_conform_and_round_trip(tmp_path):
         report = quantize_model(out=str(out[fmt]), format=fmt, scheme="w4a4", pipeline="rtn",
                                 method="rtn", samples=SAMPLES, seq_len=SEQ_LEN, progress=False)
         assert all(e["input_scale"] > 0 for e in report.layers) and len(report.layers) == 37
+        summary = format_summary(report)  # says W4A4, and what its embedding cosine is not
+        assert f"format {fmt}, W4A4 (" in summary.splitlines()[0]
+        cosine = next(line for line in summary.splitlines() if "sentence embeddings" in line)
+        assert "the W4A16 view, not the engine's run-time activation quantization" in cosine
         check = check_checkpoint(out[fmt])
         assert check.conforms, [p.render() for p in check.all_problems()]
     assert {m: float(1 / Fraction(float(v))) for m, v in

@@ -44,17 +44,26 @@ def header_line(report: QuantizeReport, plans, inventory, backend: str, asked: s
                           if report.path.startswith("block by block") else "")
     experts = sum(1 for p in quantized if p.expert)
     return (f"hscale quantize {report.source} -> {report.out}: pipeline {request['pipeline']}, "
-            f"method {request['method']}, format {request['format']}, backend {how}; {path}"
+            f"method {request['method']}, format {request['format']}{_scheme(request)}, "
+            f"backend {how}; {path}"
             + f"; {len(quantized)} weights to quantize ({weights / 1e6:,.1f} M parameters"
             + (f", {experts} expert matrices" if experts else "") + f"), "
             f"{len(report.kept)} tensors kept as stored")
+
+
+def _scheme(request: dict) -> str:
+    """``, W4A4 (...)`` for a W4A4 run; nothing for the default W4A16."""
+    if request.get("scheme") != "w4a4":
+        return ""
+    return ", W4A4 (an activation scale per Linear, HSCALE-CAL-2)"
 
 
 def format_summary(report: QuantizeReport) -> str:
     """The per-layer table and the totals, readable in one screen."""
     request = report.request
     lines = [f"{report.source} -> {report.out}: pipeline {request['pipeline']}, method "
-             f"{request['method']}, format {request['format']}, backend {request['backend']}",
+             f"{request['method']}, format {request['format']}{_scheme(request)}, backend "
+             f"{request['backend']}",
              f"{'layer':48} {'shape':>11} {'weight MSE':>11} {'diag(H) err':>12} "
              f"{'output err':>11}   (each relative to RTN at the same s_g)"]
 
@@ -94,7 +103,10 @@ def format_summary(report: QuantizeReport) -> str:
     if cosine:
         lines.append(f"sentence embeddings on {cosine['texts']} held-out texts, cosine to fp32: "
                      f"mean {cosine['dequantize']['mean']:.5f} (min "
-                     f"{cosine['dequantize']['min']:.5f})")
+                     f"{cosine['dequantize']['min']:.5f})" + (
+                         "; weights decoded, activations in float32: the W4A16 view, not the "
+                         "engine's run-time activation quantization (its emulation: "
+                         "docs/checkpoints.md)" if request.get("scheme") == "w4a4" else ""))
     seconds = report.seconds
     calibration = (f"calibration {seconds['calibration']:.1f} s" if "calibration" in seconds
                    else "no calibration (not needed)")
