@@ -32,7 +32,7 @@ def add_calibration_options(parser) -> None:
                        help="where the calibration forward runs: cpu (default), cuda, cuda:N, "
                             "or auto (a CUDA device if there is one; for a model that is not a "
                             "decoder, accelerate's device_map)")
-    group.add_argument("--calibration-dtype", default="float32",
+    group.add_argument("--calibration-dtype", default="float32", metavar="{float32,bfloat16}",
                        help="the dtype the calibration forward runs in: float32 (default) or "
                             "bfloat16, the dtype decoders are served in, whose matrix products "
                             "run 3-4x faster on CPUs with AVX512-BF16 or AMX (its h is that of "
@@ -56,8 +56,8 @@ def _quantize(args) -> int:
     from hscale.quantize import REPORT_NAME, format_summary, quantize_model
     ignore = tuple(args.ignore) if args.ignore is not None else DEFAULT_IGNORE
     request = _request(args, out=args.out, pipeline=args.pipeline, method=args.method,
-                       format=args.format, scheme=args.scheme, backend=args.backend, K=args.K, U=args.U,
-                       ignore=ignore, hessian=args.hessian, damp=args.damp,
+                       format=args.format, scheme=args.scheme, backend=args.backend, K=args.K,
+                       U=args.U, ignore=ignore, hessian=args.hessian, damp=args.damp,
                        block_size=args.block_size, act_order=args.act_order,
                        static_groups=args.static_groups, max_shard_bytes=args.max_shard_size,
                        force=args.force, report_errors=args.report_errors,
