@@ -332,3 +332,62 @@ def test_emulated_w4a4_is_close_to_w4a16_on_the_tiny_decoder(made):
     print(f"\nW4A4 emulation, tiny llama: {figures}")
     assert figures["w4a16"]["logit_cosine"] > 0.9
     assert 0.75 < figures["w4a4"]["logit_cosine"] < figures["w4a16"]["logit_cosine"]
+
+
+def test_modelopt_quantizes_activations_with_the_stored_scale_as_the_profile_does(made):
+    """ModelOpt's own CPU quantizer (``NVFP4QTensor.quantize``, the fake-quant path its
+    calibration runs) on real Linear inputs with the checkpoint's ``input_scale`` a, against
+    the engines' profile (NVFP4-ACT-1..3 with g = fp32(1/a)). ModelOpt divides where the
+    profile multiplies by reciprocals, so the two may round differently at a boundary: every
+    difference must be one rung of the E4M3 ladder or one E2M1 step, counted and shown in hex."""
+    import warnings
+    import transformers
+    from llm_families import batch
+    from hscale.reference import E2M1_VALUES, unpack_codes
+    from hscale.reference.activations import quantize_activations
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        qtensor = pytest.importorskip("modelopt.torch.quantization.qtensor.nvfp4_tensor")
+    source, checkpoints, _ = made["llama"]
+    scales = stored_inputs(checkpoints["modelopt"])
+    model = transformers.AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).eval()
+    inputs, hooks = {}, []
+    for name in ("model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj"):
+        hooks.append(model.get_submodule(name).register_forward_pre_hook(
+            lambda m, args, name=name: inputs.__setitem__(name, args[0].detach())))
+    tokens = batch(source, count=4)
+    with torch.no_grad():
+        model(**tokens)
+    for hook in hooks:
+        hook.remove()
+    counts = {"groups": 0, "scale bytes differ": 0, "elements": 0, "codes differ": 0}
+    shown = []
+    for name, x in inputs.items():
+        x = x[tokens["attention_mask"].bool()].float()  # the real tokens, (tokens, n)
+        a = scales[name]
+        ours = quantize_activations(x.numpy(), np.float32(1) / a)
+        packed, block, _ = qtensor.NVFP4QTensor.quantize(x.clone(), 16,
+                                                         weights_scaling_factor_2=torch.tensor(a))
+        their_bytes = block.view(torch.uint8).numpy().reshape(ours.scale_bytes.shape)
+        their_codes = unpack_codes(packed._quantized_data.numpy()).reshape(ours.codes.shape)
+        step = np.abs(their_bytes.astype(int) - ours.scale_bytes.astype(int))
+        assert step.max() <= 1, name
+        same = np.repeat(step == 0, 16, axis=1)
+        ours_v, theirs_v = E2M1_VALUES[ours.codes], E2M1_VALUES[their_codes]
+        differ = same & (ours_v != theirs_v)
+        # one E2M1 step: adjacent magnitudes, the same sign
+        rank = {v: i for i, v in enumerate(sorted(set(np.abs(E2M1_VALUES))))}
+        for i, j in zip(*np.nonzero(differ)):
+            assert np.sign(ours_v[i, j]) * np.sign(theirs_v[i, j]) >= 0, (name, i, j)
+            assert abs(rank[abs(ours_v[i, j])] - rank[abs(theirs_v[i, j])]) == 1, (name, i, j)
+            if len(shown) < 2:
+                shown.append(f"{name}[{i},{j}] x={float(x[i, j]):.9g} "
+                             f"({np.float32(x[i, j]).view(np.uint32):#010x}): profile code "
+                             f"{ours.codes[i, j]:#x}, ModelOpt {their_codes[i, j]:#x}")
+        counts["groups"] += step.size
+        counts["scale bytes differ"] += int(np.sum(step))
+        counts["elements"] += int(np.sum(same))
+        counts["codes differ"] += int(np.sum(differ))
+    print(f"\nModelOpt NVFP4QTensor.quantize vs NVFP4-ACT with the stored input_scale: {counts}; "
+          + "; ".join(shown))
+    assert counts["groups"] > 0 and counts["elements"] > 0
