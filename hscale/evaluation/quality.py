@@ -61,16 +61,17 @@ def rounding_quality(weight, result, h, quantizer=None) -> dict:
     # scored at a live byte, where the objective is defined and is exactly 0.
     candidates = np.stack(pair, axis=-1)
     candidates[candidates == ZERO_GROUP_BYTE] = FIRST_NORMAL_BYTE
-    errors = {"weight_se": np.empty(candidates.shape), "diag_error": np.empty(candidates.shape)}
+    errors = {key: np.empty(candidates.shape)
+              for key in ("weight_se",) + (() if h is None else ("diag_error",))}
 
     def run_block(block):
         r0, r1, i0, i1 = block
         groups = quantizer.load_groups(weight[r0:r1, GROUP_SIZE * i0:GROUP_SIZE * i1])
-        for key, weights in (("weight_se", UNIT_WEIGHTS),
-                             ("diag_error", None if h is None else h_groups[i0:i1])):
-            if weights is not None:  # a backend's result is its buffer: copied at once
-                errors[key][r0:r1, i0:i1] = quantizer.candidate_objectives(
-                    groups, weights, candidates[r0:r1, i0:i1], result.global_scale)
+        for key in errors:
+            weights = UNIT_WEIGHTS if key == "weight_se" else h_groups[i0:i1]
+            # a backend's result is its buffer: copied at once
+            errors[key][r0:r1, i0:i1] = quantizer.candidate_objectives(
+                groups, weights, candidates[r0:r1, i0:i1], result.global_scale)
 
     quantizer.map_blocks(run_block, plan_blocks(rows, group_cols, quantizer.block_groups))
     sums = {key: (float(np.sum(e[..., 0])), float(np.sum(e[..., -1])))
