@@ -260,12 +260,10 @@ def fused_set_problems(layers: list, layout: Layout) -> list:
         _fused_input_scales(layers, layout) if layout.activations else [])
 
 
-def _fused_input_scales(layers: list, layout: Layout) -> list:
-    """Fused layers (one input, one matmul) whose stored activation scales differ: an engine
-    keeps one, vLLM the largest divisor for dense Linears and the smallest for MoE,
-    TensorRT-LLM refuses to load (NVFP4-CKPT-4)."""
-    stored = {layer.module: layer.stats.get("stored_input_scale") for layer in layers}
-    problems, seen = [], set()
+def _differing_fused_sets(layers: list, stored: dict):
+    """``(members, {member: stored value}, set name)`` of each fused set (layers reading one
+    input) whose members' stored values are all present and not all the same bits."""
+    seen = set()
     for layer in layers:
         members = layer.fused_with
         if len(members) < 2 or members in seen:
@@ -275,10 +273,19 @@ def _fused_input_scales(layers: list, layout: Layout) -> list:
         if None in values.values() or len({_bits(v) for v in values.values()}) == 1:
             continue
         name = f"{members[0].rsplit('.', 1)[0]}.{{{','.join(m.rsplit('.', 1)[-1] for m in members)}}}"
-        name += layout.input_suffix
+        yield members, values, name
+
+
+def _fused_input_scales(layers: list, layout: Layout) -> list:
+    """Fused layers (one input, one matmul) whose stored activation scales differ: an engine
+    keeps one, vLLM the largest divisor for dense Linears and the smallest for MoE,
+    TensorRT-LLM refuses to load (NVFP4-CKPT-4)."""
+    stored = {layer.module: layer.stats.get("stored_input_scale") for layer in layers}
+    problems = []
+    for members, values, name in _differing_fused_sets(layers, stored):
         shown = ", ".join(f"{m.rsplit('.', 1)[-1]}{layout.input_suffix} = {values[m]!r} "
                           f"({_bits(values[m])})" for m in members)
-        problems.append(Problem(name, Finding(
+        problems.append(Problem(name + layout.input_suffix, Finding(
             "NVFP4-CKPT-4", f"fused layers with different activation scales: {shown}; they "
             "read one input, which an engine quantizes once with one scale (TensorRT-LLM "
             "refuses such a checkpoint, vLLM keeps one and mis-scales the others)",
@@ -288,19 +295,11 @@ def _fused_input_scales(layers: list, layout: Layout) -> list:
 
 def _fused_global_scales(layers: list, layout: Layout) -> list:
     stored = {layer.module: layer.stored_global_scale for layer in layers}
-    problems, seen = [], set()
-    for layer in layers:
-        members = layer.fused_with
-        if len(members) < 2 or members in seen:
-            continue
-        seen.add(members)
-        values = {m: stored.get(m) for m in members}
-        if None in values.values() or len({_bits(v) for v in values.values()}) == 1:
-            continue
+    problems = []
+    for members, values, name in _differing_fused_sets(layers, stored):
         meaning = {m: float(layout.implied_global_scale(np.float32(v))) for m, v in values.items()}
         shown = ", ".join(f"{m.rsplit('.', 1)[-1]} s_g = {meaning[m]!r} ({_bits(values[m])} "
                           "stored)" for m in members)
-        name = f"{members[0].rsplit('.', 1)[0]}.{{{','.join(m.rsplit('.', 1)[-1] for m in members)}}}"
         problems.append(Problem(name, Finding(
             "NVFP4-CKPT-3", f"fused layers with different global scales: {shown}; an engine "
             "fuses them into one matmul with one s_g (the largest) and mis-scales the others",
