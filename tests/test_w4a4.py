@@ -7,7 +7,6 @@ transformers model (padding dropped with the attention mask), the scale chain wi
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from fractions import Fraction
@@ -19,8 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from safetensors.torch import load_file, save_file  # noqa: E402
-
+from checkpoint_edits import planted  # noqa: E402
 from llm_families import written  # noqa: E402
 
 from hscale.check import check_checkpoint  # noqa: E402
@@ -246,14 +244,6 @@ def test_convert_round_trips_are_byte_identical(made, family, tmp_path):
         stored_inputs(mo)
 
 
-def _planted(source: Path, target: Path, edit) -> Path:
-    shutil.copytree(source, target)
-    tensors = load_file(str(target / "model.safetensors"))
-    edit(tensors)
-    save_file(tensors, str(target / "model.safetensors"), metadata={"format": "pt"})
-    return target
-
-
 def _findings(report) -> set:
     return {(p.tensor, p.finding.clause) for p in report.all_problems()}
 
@@ -271,25 +261,25 @@ def test_planted_defects_are_named_by_tensor(made, fmt, tmp_path):
 
     def unequal(t):
         t[k] = t[k] * 1.5
-    report = check_checkpoint(_planted(dense, tmp_path / "unequal", unequal))
+    report = check_checkpoint(planted(dense, tmp_path / "unequal", unequal))
     assert not report.conforms
     assert ("model.layers.0.self_attn.{q_proj,k_proj,v_proj}" + suffix,
             "NVFP4-CKPT-4") in _findings(report), _findings(report)
 
-    report = check_checkpoint(_planted(moe, tmp_path / "missing",
+    report = check_checkpoint(planted(moe, tmp_path / "missing",
                                        lambda t: t.pop(EXPERT + suffix)))
     assert (EXPERT + suffix, "NVFP4-CKPT-4") in _findings(report), _findings(report)
 
     for label, value in (("nan", float("nan")), ("negative", -0.5), ("zero", 0.0)):
         def bad(t, value=value):
             t[Q + suffix] = torch.full_like(t[Q + suffix], value)
-        report = check_checkpoint(_planted(dense, tmp_path / label, bad))
+        report = check_checkpoint(planted(dense, tmp_path / label, bad))
         assert (Q + suffix, "NVFP4-CKPT-4") in _findings(report), (label, _findings(report))
         assert not report.conforms
 
     def other_convention(t):  # a ModelOpt value in a compressed-tensors file, or the reverse
         t[Q + suffix] = 1 / t[Q + suffix]
-    report = check_checkpoint(_planted(dense, tmp_path / "convention", other_convention))
+    report = check_checkpoint(planted(dense, tmp_path / "convention", other_convention))
     found = [p for p in report.all_problems() if p.tensor == Q + suffix]
     assert found and "other convention" in found[0].finding.text, _findings(report)
 
