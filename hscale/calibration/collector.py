@@ -309,8 +309,9 @@ def collect_hessian_diag(
     ``(name, nn.Linear)`` pairs / a ``{name: nn.Linear}`` mapping. ``batches``: see the module
     docstring; with mapping batches the token mask is ``batch[mask_key]``. A tqdm bar over the
     batches is shown when ``progress`` is true. If ``stats`` is a dict it receives ``tokens``
-    and ``calls`` (per layer), ``amax`` (per layer, HSCALE-CAL-2) and ``batches`` (count). A layer that was never called warns and
-    gets an all-zero h. Hooks are removed even when the forward raises.
+    and ``calls`` (per layer), ``amax`` (per layer, HSCALE-CAL-2) and ``batches`` (count). A
+    layer that was never called warns and gets an all-zero h. Hooks are removed even when the
+    forward raises.
     """
     collector = HessianDiagCollector(model, layers, mask_key=mask_key)
     _run_collector(collector, batches, progress, desc, stats)

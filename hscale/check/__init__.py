@@ -13,8 +13,8 @@ Two depths (docs/checkpoints.md, "Checking a checkpoint"):
   that are not zero (NVFP4-ZERO-1); fused layers (q/k/v, gate/up, MoE w1/w3) must share one
   global scale (NVFP4-CKPT-3). A W4A4 checkpoint's activation scales (NVFP4-CKPT-4): present
   for every quantized Linear and expert, positive normal fp32, plausible in the layout's
-  convention, equal across each fused set. Counted for the reader: subnormal (0x01..0x07) and saturated
-  (0x7E) scale bytes, dead groups (every element decodes to zero), all-zero rows.
+  convention, equal across each fused set. Counted for the reader: subnormal (0x01..0x07) and
+  saturated (0x7E) scale bytes, dead groups (every element decodes to zero), all-zero rows.
 * **With the original weights** (``--original``, and ``--hessian`` for h): every layer is
   re-derived by the spec at the global scale its file implies (a pipeline's own s_g,
   NVFP4-GS-3) and classified by the one diagnoser (``hscale.judge.diagnose``): *exact*
