@@ -113,6 +113,39 @@ class TorchBackend:
         return TorchGroupQuantizer(self)
 
 
+    def gptq_inverse_factor(self, H: np.ndarray, damp: float) -> np.ndarray:
+        """GPTQ's upper factor ``U`` (``U^T U = (H + damp * mean(diag H) * I)^-1``, a channel
+        with ``H_jj = 0`` given a unit diagonal first) as the reference's
+        ``inverse_cholesky_factor`` defines it, for ``gptq_quantize(inverse_factor=)``.
+
+        The inverse comes from the damped matrix's Cholesky factor (LAPACK potrf + potri, about
+        n^3 operations where the reference's general inverse takes 2 n^3), on the device, in
+        float64: 2x faster on a 14336-column layer on two cores. It equals the reference's up
+        to floating-point rounding, which HSCALE-GPTQ-1 leaves unspecified; the sweep that uses
+        it, and every group's bytes, are the reference's.
+        """
+        ok, why = self.available()
+        if not ok:
+            raise RuntimeError(f"backend {self.name!r} is not available: {why}")
+        import torch
+        damped = torch.tensor(H, dtype=torch.float64, device=self.device_name)  # a copy
+        diagonal = damped.diagonal()  # a view: the edits below are made in place
+        diagonal[diagonal == 0] = 1.0
+        diagonal += damp * diagonal.mean()
+        # each n x n float64 matrix freed as soon as it is done with (GPTQ's peak memory)
+        lower, info = torch.linalg.cholesky_ex(damped)
+        del damped, diagonal
+        if int(info) != 0:
+            raise np.linalg.LinAlgError("Matrix is not positive definite")
+        inverse = torch.cholesky_inverse(lower)
+        del lower
+        factor, info = torch.linalg.cholesky_ex(inverse, upper=True)
+        del inverse
+        if int(info) != 0:
+            raise np.linalg.LinAlgError("Matrix is not positive definite")
+        return factor.cpu().numpy()
+
+
 class TorchQuantizer(Quantizer):
     """One call of the torch backend: the reference pipeline with its hot steps in torch."""
 

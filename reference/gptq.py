@@ -79,7 +79,8 @@ def sweep_order(H: np.ndarray, act_order: bool) -> np.ndarray:
 def gptq_quantize(weight, hessian, *, method="hscale", init="maxabs", K=DEFAULT_K, U=DEFAULT_U,
                   scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None,
                   damp=DEFAULT_DAMP, block_size=DEFAULT_BLOCK_SIZE, act_order=False,
-                  static_groups=False, group_quantizer=None) -> QuantizedWeight:
+                  static_groups=False, group_quantizer=None,
+                  inverse_factor=inverse_cholesky_factor) -> QuantizedWeight:
     """GPTQ with the local scale selector ``method`` (HSCALE-GPTQ-1).
 
     ``hessian`` is the full ``X^T X`` (n, n); H-Scale uses ``h = diag(hessian)``. The global
@@ -96,6 +97,9 @@ def gptq_quantize(weight, hessian, *, method="hscale", init="maxabs", K=DEFAULT_
     ``group_quantizer``: the ``Quantizer`` whose steps choose each group's bytes, the
     reference's by default; a backend may pass its own (``backend.group_quantizer()``), which
     must give the reference's bytes bit for bit on float64 groups.
+    ``inverse_factor(H, damp)``: computes ``U`` as ``inverse_cholesky_factor`` defines it; a
+    backend may pass its own (``backend.gptq_inverse_factor``), equal up to the linear
+    algebra's rounding, which this clause leaves unspecified.
     """
     weight, method, init, K, U, scale_ceiling = check_arguments(weight, method, init, K, U,
                                                                 scale_ceiling)
@@ -111,9 +115,11 @@ def gptq_quantize(weight, hessian, *, method="hscale", init="maxabs", K=DEFAULT_
     h = np.diag(H).copy()  # HSCALE-GPTQ-1: h = diag(H)
     order = sweep_order(H, act_order)
     # in sweep order (no reordered copy of H when the order is the columns' own)
-    factor = inverse_cholesky_factor(H[np.ix_(order, order)] if act_order else H, damp)
-    # Work in sweep order: column k of ``remaining`` is input column order[k].
-    remaining = weight.astype(np.float64)[:, order]
+    factor = inverse_factor(H[np.ix_(order, order)] if act_order else H, damp)
+    # Work in sweep order: column k of ``remaining`` is input column order[k]. Row-major, like
+    # every update made to it (a column gather alone gives column-major, and the mixed layouts
+    # cost the sweep 4x on a 4096 x 4096 layer; the values are the same either way).
+    remaining = np.ascontiguousarray(weight.astype(np.float64)[:, order])
     position = np.empty(cols, dtype=np.intp)
     position[order] = np.arange(cols)  # input column -> sweep position
     group_cols = cols // GROUP_SIZE

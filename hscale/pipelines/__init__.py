@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from hscale.reference import (DEFAULT_SCALE_CEILING, FOUR_OVER_SIX_SCALE_CEILING,
                               gptq_quantize)
 from hscale.reference.constants import DEFAULT_K, DEFAULT_U
-from hscale.reference.gptq import DEFAULT_BLOCK_SIZE, DEFAULT_DAMP
+from hscale.reference.gptq import DEFAULT_BLOCK_SIZE, DEFAULT_DAMP, inverse_cholesky_factor
 from hscale.reference.validation import MODEL_METHODS
 
 
@@ -90,16 +90,19 @@ def quantize_weight(weight, hessian_diag=None, *, pipeline="rtn", method="hscale
         if hessian is None:
             raise ValueError(f"pipeline {pipeline!r} needs the full Hessian H (n, n)")
         # The sweep is the reference's; a backend that offers one chooses each group's bytes
-        # (bit-identical, faster), the others leave that to the reference too.
+        # (bit-identical, faster), the others leave that to the reference too. So with the
+        # factor U: a backend's (faster) is equal up to the rounding HSCALE-GPTQ-1 leaves open.
         group_quantizer = getattr(quantizer, "group_quantizer", None)
         group_quantizer = group_quantizer() if group_quantizer else None
+        inverse_factor = getattr(quantizer, "gptq_inverse_factor", inverse_cholesky_factor)
         if on_groups is not None:
             from hscale.reference import Quantizer
             group_quantizer = _Counting(group_quantizer or Quantizer(), on_groups)
         return gptq_quantize(weight, as_numpy(hessian), method=method, init=chosen.init, K=K,
                              U=U, scale_ceiling=chosen.scale_ceiling, global_scale=global_scale,
                              damp=damp, block_size=block_size, act_order=act_order,
-                             static_groups=static_groups, group_quantizer=group_quantizer)
+                             static_groups=static_groups, group_quantizer=group_quantizer,
+                             inverse_factor=inverse_factor)
     return quantizer.quantize(weight, hessian_diag if method == "hscale" else None, method=method,
                               init=chosen.init, K=K, U=U, scale_ceiling=chosen.scale_ceiling,
                               global_scale=global_scale)
