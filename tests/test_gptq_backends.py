@@ -170,7 +170,8 @@ def test_gptq_with_a_zero_group_in_every_group_column(backend):
 
 def test_quantize_weight_gptq_uses_the_backend_group_step(monkeypatch):
     """``hscale quantize --pipeline gptq --backend torch`` chooses the groups' bytes in torch
-    (the kernel's wide form is called), with the reference's result."""
+    (the kernel's wide form is called), with the reference's result on this layer (the
+    backend's factor U differs from the reference's by rounding only)."""
     from hscale.backends import torch_kernels
     from hscale.pipelines import quantize_weight
     W, H = gptq_layer(seed=4)
@@ -204,3 +205,72 @@ def test_gptq_progress_moves_within_a_tensor_group_column_by_group_column(backen
     assert told == [W.shape[0] * 16] * (W.shape[1] // 16)
     assert np.array_equal(counted.codes, plain.codes)
     assert np.array_equal(counted.scale_bytes, plain.scale_bytes)
+
+
+def damped_by_hand(H: np.ndarray, damp: float) -> np.ndarray:
+    """HSCALE-GPTQ-1's damped matrix, written from the clause: a unit diagonal where H_jj = 0,
+    then damp * mean(diag) added to the diagonal."""
+    damped = H.copy()
+    diagonal = np.diag(H).copy()
+    diagonal[diagonal == 0] = 1.0
+    damped[np.diag_indices_from(damped)] = diagonal + damp * diagonal.mean()
+    return damped
+
+
+@pytest.mark.clause("HSCALE-GPTQ-1")
+@pytest.mark.parametrize("damp", [0.01, 0.1])
+def test_the_backend_factor_is_the_upper_cholesky_factor_of_the_damped_inverse(backend, damp):
+    """``gptq_inverse_factor`` (LAPACK's Cholesky inverse) meets the clause's definition of U:
+    upper triangular, positive diagonal, U^T U times the damped H is I; and it is the
+    reference's factor up to rounding (the clause leaves the linear algebra's rounding open)."""
+    from hscale.reference.gptq import inverse_cholesky_factor
+    _, H = gptq_layer(cols=256, tokens=600)
+    assert (np.diag(H) == 0).any()  # the dead channel's unit diagonal is exercised
+    U = backend.gptq_inverse_factor(H, damp)
+    assert U.dtype == np.float64 and U.shape == H.shape
+    assert np.all(np.tril(U, -1) == 0) and np.all(np.diag(U) > 0)
+    identity = (U.T @ U) @ damped_by_hand(H, damp)
+    assert np.abs(identity - np.eye(len(H))).max() < 1e-9
+    reference = inverse_cholesky_factor(H, damp)
+    assert np.abs(U - reference).max() <= 1e-12 * np.abs(reference).max()
+
+
+@pytest.mark.clause("HSCALE-GPTQ-1")
+def test_gptq_with_the_backend_factor_and_a_diagonal_hessian_is_plain_quantization(backend):
+    """With a diagonal H no error moves, so GPTQ is ``quantize(weight, diag(H))`` exactly, in
+    any order (the clause's exact case), with the backend's factor as with the reference's."""
+    from hscale.reference import quantize
+    W, H = gptq_layer(seed=2)
+    h = np.diag(H).copy()
+    plain = quantize(W, h, method="hscale")
+    for act_order in (False, True):
+        got = gptq_quantize(W, np.diag(h), method="hscale", act_order=act_order,
+                            group_quantizer=backend.group_quantizer(),
+                            inverse_factor=backend.gptq_inverse_factor)
+        assert np.array_equal(got.codes, plain.codes), act_order
+        assert np.array_equal(got.scale_bytes, plain.scale_bytes), act_order
+
+
+def test_quantize_weight_gptq_uses_the_backend_factor(monkeypatch):
+    """``--pipeline gptq --backend torch`` takes U from the backend; on this layer every code
+    and byte is the reference's (the factors differ by rounding only, and no weight sits close
+    enough to a rounding boundary for that to move it)."""
+    from hscale.backends.torch_backend import TorchBackend
+    from hscale.pipelines import quantize_weight
+    W, H = gptq_layer(seed=4)
+    expected = quantize_weight(W, np.diag(H).copy(), pipeline="gptq", backend="numpy", hessian=H)
+    calls = []
+    original = TorchBackend.gptq_inverse_factor
+
+    def counted(self, *args):
+        calls.append(args[1])
+        return original(self, *args)
+    monkeypatch.setattr(TorchBackend, "gptq_inverse_factor", counted)
+    got = quantize_weight(W, np.diag(H).copy(), pipeline="gptq", backend="torch", hessian=H,
+                          damp=0.02)
+    assert calls == [0.02]
+    again = quantize_weight(W, np.diag(H).copy(), pipeline="gptq", backend="numpy", hessian=H,
+                            damp=0.02)
+    assert np.array_equal(got.codes, again.codes)
+    assert np.array_equal(got.scale_bytes, again.scale_bytes)
+    assert not np.array_equal(again.codes, expected.codes)  # the damping did reach the sweep
