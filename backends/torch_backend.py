@@ -112,7 +112,6 @@ class TorchBackend:
             raise RuntimeError(f"backend {self.name!r} is not available: {why}")
         return TorchGroupQuantizer(self)
 
-
     def gptq_inverse_factor(self, H: np.ndarray, damp: float) -> np.ndarray:
         """GPTQ's upper factor ``U`` (``U^T U = (H + damp * mean(diag H) * I)^-1``, a channel
         with ``H_jj = 0`` given a unit diagonal first) as the reference's
