@@ -32,6 +32,7 @@ import numpy as np
 from hscale import __version__
 from hscale.backends import CAPABILITIES
 from hscale.reference import E2M1_VALUES, SCALE_BYTE_VALUES, Quantizer, compute_global_scale
+from hscale.reference.gptq import damped_hessian
 
 from . import torch_kernels as kernels
 from .torch_compile import COMPILE_BLOCK_GROUPS, FusedPath, inductor_config
@@ -113,9 +114,9 @@ class TorchBackend:
         return TorchGroupQuantizer(self)
 
     def gptq_inverse_factor(self, H: np.ndarray, damp: float) -> np.ndarray:
-        """GPTQ's upper factor ``U`` (``U^T U = (H + damp * mean(diag H) * I)^-1``, a channel
-        with ``H_jj = 0`` given a unit diagonal first) as the reference's
-        ``inverse_cholesky_factor`` defines it, for ``gptq_quantize(inverse_factor=)``.
+        """GPTQ's upper factor ``U`` (``U^T U`` the inverse of the reference's
+        ``damped_hessian(H, damp)``) as the reference's ``inverse_cholesky_factor`` defines
+        it, for ``gptq_quantize(inverse_factor=)``.
 
         The inverse comes from the damped matrix's Cholesky factor (LAPACK potrf + potri, about
         n^3 operations where the reference's general inverse takes 2 n^3), on the device, in
@@ -127,13 +128,11 @@ class TorchBackend:
         if not ok:
             raise RuntimeError(f"backend {self.name!r} is not available: {why}")
         import torch
-        damped = torch.tensor(H, dtype=torch.float64, device=self.device_name)  # a copy
-        diagonal = damped.diagonal()  # a view: the edits below are made in place
-        diagonal[diagonal == 0] = 1.0
-        diagonal += damp * diagonal.mean()
+        # on the CPU the tensor shares the damped array's memory (no second n x n copy)
+        damped = torch.from_numpy(damped_hessian(H, damp)).to(self.device_name)
         # each n x n float64 matrix freed as soon as it is done with (GPTQ's peak memory)
         lower, info = torch.linalg.cholesky_ex(damped)
-        del damped, diagonal
+        del damped
         if int(info) != 0:
             raise np.linalg.LinAlgError("Matrix is not positive definite")
         inverse = torch.cholesky_inverse(lower)

@@ -47,18 +47,24 @@ def check_hessian(hessian, cols: int) -> np.ndarray:
     return H
 
 
-def inverse_cholesky_factor(H: np.ndarray, damp: float) -> np.ndarray:
-    """Upper factor ``U`` with ``U^T U = (H + damp * mean(diag H) * I)^-1`` (GPTQ's Hinv).
+def damped_hessian(H: np.ndarray, damp: float) -> np.ndarray:
+    """``H + damp * mean(diag H) * I`` (a new array), the matrix GPTQ's factor inverts.
 
-    A channel that never fires (``H_jj == 0``) gets a unit diagonal so the factorisation exists;
-    its weights are kept (unlike the original GPTQ, which zeroes them) and, with ``h_j = 0``,
-    do not count in H-Scale's objective.
+    A channel that never fires (``H_jj == 0``) gets a unit diagonal first so the factorisation
+    exists; its weights are kept (unlike the original GPTQ, which zeroes them) and, with
+    ``h_j = 0``, do not count in H-Scale's objective.
     """
     damped = H.copy()
     dead = np.diag(H) == 0
     damped[dead, dead] = 1.0
     mean_diag = float(np.mean(np.diag(damped)))
     damped[np.diag_indices_from(damped)] += damp * mean_diag
+    return damped
+
+
+def inverse_cholesky_factor(H: np.ndarray, damp: float) -> np.ndarray:
+    """Upper factor ``U`` with ``U^T U = damped_hessian(H, damp)^-1`` (GPTQ's Hinv)."""
+    damped = damped_hessian(H, damp)
     inverse = np.linalg.inv(damped)
     del damped  # each n x n float64 copy freed as soon as it is done with (GPTQ's peak memory)
     symmetric = inverse + inverse.T  # remove the asymmetry inv() leaves behind
