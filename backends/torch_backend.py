@@ -84,14 +84,18 @@ class TorchBackend:
                            "torch.cuda.is_available() is False")
         return True, ""
 
+    def require_available(self) -> None:
+        """A RuntimeError saying why, where this backend cannot run here."""
+        ok, why = self.available()
+        if not ok:
+            raise RuntimeError(f"backend {self.name!r} is not available: {why}")
+
     def __repr__(self):
         return f"<{self.name} backend on {self.device_name}>"
 
     def quantize(self, weight, hessian_diag=None, **options):
         """``hscale.reference.quantize``'s signature and result, computed in torch."""
-        ok, why = self.available()
-        if not ok:
-            raise RuntimeError(f"backend {self.name!r} is not available: {why}")
+        self.require_available()
         return TorchQuantizer(self).quantize(weight, hessian_diag, **options)
 
     def layer_quantizer(self, groups: int):
@@ -99,18 +103,14 @@ class TorchBackend:
         ``quantize`` sets itself up (the fused kernels on a large layer, blocks on worker
         threads): for a caller that runs the steps itself, such as the quantization report's
         errors (``hscale.evaluation.quality.rounding_quality``)."""
-        ok, why = self.available()
-        if not ok:
-            raise RuntimeError(f"backend {self.name!r} is not available: {why}")
+        self.require_available()
         return TorchQuantizer(self).fit(groups)
 
     def group_quantizer(self):
         """The reference's steps with the objectives in torch, for a pipeline that chooses the
         bytes of float64 groups itself (``hscale.reference.gptq_quantize(group_quantizer=)``):
         bit-identical to the reference's (``torch_kernels.eager_objectives(wide=True)``)."""
-        ok, why = self.available()
-        if not ok:
-            raise RuntimeError(f"backend {self.name!r} is not available: {why}")
+        self.require_available()
         return TorchGroupQuantizer(self)
 
     def gptq_inverse_factor(self, H: np.ndarray, damp: float) -> np.ndarray:
@@ -124,9 +124,7 @@ class TorchBackend:
         to floating-point rounding, which HSCALE-GPTQ-1 leaves unspecified; the sweep that uses
         it, and every group's bytes, are the reference's.
         """
-        ok, why = self.available()
-        if not ok:
-            raise RuntimeError(f"backend {self.name!r} is not available: {why}")
+        self.require_available()
         import torch
         # on the CPU the tensor shares the damped array's memory (no second n x n copy)
         damped = torch.from_numpy(damped_hessian(H, damp)).to(self.device_name)
