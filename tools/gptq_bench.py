@@ -5,11 +5,11 @@ for docs/performance.md; a maintainer script, never run by the test suite or CI)
 
 W (rows, cols) and X (tokens, cols) are seeded normals (float32, as a model's weights and
 activations are), H = X^T X in float64. The layer is quantized twice by
-``hscale.pipelines.quantize_weight(pipeline="gptq")``: with the backend's group step and the
-reference's factor U (``inverse_cholesky_factor``), then with the backend's group step and its
-own factor (``gptq_inverse_factor``), which HSCALE-GPTQ-1 lets differ by rounding. Printed: each
-run's wall time and its factor's, and how many codes and scale bytes the two runs disagree on.
-One JSON line on stdout.
+``hscale.reference.gptq_quantize`` with the backend's group step (what ``hscale quantize
+--pipeline gptq`` runs): with the reference's factor U (``inverse_cholesky_factor``), then with
+the backend's own (``gptq_inverse_factor``), which HSCALE-GPTQ-1 lets differ by rounding.
+Printed: each run's wall time and its factor's, and how many codes and scale bytes the two runs
+disagree on. One JSON line on stdout.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from hscale.backends import get
-    from hscale.pipelines import quantize_weight
-    from hscale.reference import gptq as reference_gptq
+    from hscale.reference import gptq_quantize
+    from hscale.reference.gptq import inverse_cholesky_factor
 
     rng = np.random.default_rng(args.seed)
     weight = (rng.standard_normal((args.rows, args.cols)) * 0.02).astype(np.float32)
@@ -40,27 +40,23 @@ def main() -> None:
     H = X.T @ X
     del X
     backend = get(args.backend)
-    backend_factor = backend.gptq_inverse_factor
     factor_seconds = {}
 
-    def timed(name, function):
+    def timed(name, factor):
         def run(*call):
             started = time.perf_counter()
-            result = function(*call)
+            result = factor(*call)
             factor_seconds[name] = time.perf_counter() - started
             return result
         return run
 
     results, walls = {}, {}
-    for name, factor in (("reference factor", reference_gptq.inverse_cholesky_factor),
-                         ("backend factor", backend_factor)):
-        # quantize_weight takes the backend's factor when it has one: given here explicitly
-        backend.gptq_inverse_factor = timed(name, factor)
+    for name, factor in (("reference factor", inverse_cholesky_factor),
+                         ("backend factor", backend.gptq_inverse_factor)):
         started = time.perf_counter()
-        results[name] = quantize_weight(weight, np.diag(H).copy(), pipeline="gptq",
-                                        backend=backend, hessian=H)
+        results[name] = gptq_quantize(weight, H, group_quantizer=backend.group_quantizer(),
+                                      inverse_factor=timed(name, factor))
         walls[name] = time.perf_counter() - started
-    backend.gptq_inverse_factor = backend_factor
     a, b = results["reference factor"], results["backend factor"]
     figures = {
         "shape": [args.rows, args.cols], "tokens": args.tokens, "backend": backend.name,
