@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Finding:
-    """``clause`` broken at ``group`` (r, i) / ``element`` j of that group (None: the tensor).
+    """``clause`` broken at ``group`` (r, i) / ``element`` j of that group (None: the tensor),
+    or at a GEMM's ``output`` element (i, j).
 
     ``text`` is the whole statement: the quantity, expected vs observed, and the evidence (the
     objectives of both candidates, the exact quotient, "an exact tie"). ``expected`` and
@@ -32,9 +33,12 @@ class Finding:
     kind: str = ""
     expected: str = ""
     observed: str = ""
+    output: tuple[int, int] | None = None  # a GEMM's output element (i, j) (section 10)
 
     @property
     def place(self) -> str:
+        if self.output is not None:
+            return f"output element (i={self.output[0]}, j={self.output[1]})"
         if self.group is None:
             return "tensor"
         where = f"group (r={self.group[0]}, i={self.group[1]})"
@@ -50,6 +54,8 @@ class Finding:
             out["group"] = list(self.group)
         if self.element is not None:
             out["element"] = self.element
+        if self.output is not None:
+            out["output"] = list(self.output)
         if self.expected or self.observed:
             out["expected"], out["observed"] = self.expected, self.observed
         return out
