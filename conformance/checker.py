@@ -36,6 +36,7 @@ import numpy as np
 import pytest
 
 from hscale.conformance.certificate import RAISED_ON_VALID_INPUT
+from hscale.conformance.gemm_checker import GemmTally
 from hscale.judge.cases import Case
 from hscale.judge.diagnose import GROUP, diagnose, observe
 from hscale.judge.domain import Domain, is_weight_dtype
@@ -60,6 +61,7 @@ class Tally:
     groups: int = 0
     adaptations: Counter = field(default_factory=Counter)  # how cases entered the domain
     contract: list = field(default_factory=list)  # one entry per bad input tried
+    gemm: GemmTally = field(default_factory=GemmTally)  # the gemm kind's counts
 
 
 def is_reference_backend(backend) -> bool:

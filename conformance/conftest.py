@@ -57,3 +57,11 @@ def profile(suite_state) -> str:
 @pytest.fixture(scope="session")
 def zoo() -> ModelZoo:
     return ModelZoo()
+
+
+@pytest.fixture
+def gemm_checker(request, backend, backend_entry):
+    """A GEMM case runner for the backend (its gemm kind; skips when it does not declare it)."""
+    from hscale.conformance.gemm_checker import GemmChecker
+    return GemmChecker(backend, backend_entry.id, backend_entry.tally.gemm,
+                       test=request.node.nodeid)
