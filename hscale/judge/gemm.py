@@ -371,14 +371,12 @@ def explain(case: GemmCase, value: float, model: GemmModel, domain, i: int, j: i
         candidates.append((toward_zero[1] - toward_zero[0], "NVFP4-GEMM-5",
                            "admissible if the output were rounded toward zero instead of to "
                            "nearest (NVFP4-GEMM-5)"))
-    for placement in ("accumulator", "output"):
-        if placement != model.global_scales and model.global_scales != "elements":
-            other = replace(model, global_scales=placement)
-            ok, width = admits(a, b, other)
-            if ok:
-                candidates.append((width, "NVFP4-GEMM-4", f"admissible with the global scales "
-                                   f"placed '{placement}' ({other.describe()}), not as declared"
-                                   " (NVFP4-GEMM-4)"))
+    for other in _placements(model, out):
+        ok, width = admits(a, b, other)
+        if ok:
+            candidates.append((width, "NVFP4-GEMM-4", f"admissible with the global scales "
+                               f"placed '{other.global_scales}' ({other.describe()}), not as "
+                               "declared (NVFP4-GEMM-4)"))
     for name, preset in PRESETS.items():
         other = replace(preset, global_scales=model.global_scales,
                         element_dtype=model.element_dtype,
@@ -395,6 +393,17 @@ def explain(case: GemmCase, value: float, model: GemmModel, domain, i: int, j: i
         return clause, why
     return "NVFP4-GEMM-1", ("no accumulation model, placement or layout slip admits it: not the "
                             "product of these operands (NVFP4-GEMM-1)")
+
+
+def _placements(model: GemmModel, out_dtype: str) -> list[GemmModel]:
+    """The other global-scale placements of NVFP4-GEMM-4 with the declared accumulator: on the
+    accumulator, after the output rounding, folded into elements of the output dtype (or fp32)
+    after up to three roundings (a dequantize-then-matmul)."""
+    base = replace(model, global_scales="accumulator", element_dtype=None, element_roundings=0)
+    others = [base, replace(base, global_scales="output")]
+    others += [replace(base, global_scales="elements", element_dtype=dtype, element_roundings=3)
+               for dtype in dict.fromkeys((out_dtype, "float32"))]
+    return [other for other in others if other != model]
 
 
 def _toward_zero_output(a, b, out_dtype: str, model: GemmModel) -> tuple[float, float]:
