@@ -3,9 +3,9 @@ and how they read the operands a kernel receives.
 
 An operand arrives as a GEMM kernel receives it (``hscale.judge.gemm.GemmOperand``: packed
 codes, scale bytes in the declared layout, the global scale), or, for the weight-only GEMM
-(NVFP4-GEMM-7), as an array of activations. The built-in backends declare row-major scale
+(NVFP4-GEMM-8), as an array of activations. The built-in backends declare row-major scale
 bytes, every output dtype and every first operand, and the fp32 accumulation model with the
-global scales on the accumulator (NVFP4-GEMM-3, -4).
+global scales on the accumulator (NVFP4-GEMM-4, -4).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The GEMM of the torch backends (spec section 10), in torch on the backend's device.
 
 Each operand is dequantized without its global scale: an E2M1 value times its block's E4M3
-value is exact in fp32 (NVFP4-GEMM-2), as activations of float32, bfloat16 and float16 are. The
+value is exact in fp32 (NVFP4-GEMM-3), as activations of float32, bfloat16 and float16 are. The
 product is one fp32 ``torch.matmul`` (its summation order is the BLAS library's, TF32 off: any
-order is admitted by the fp32 model, NVFP4-GEMM-3), then ``fp32(fp32(gA gB) * S)`` and the
-output dtype's round-to-nearest-even (NVFP4-GEMM-4, -5).
+order is admitted by the fp32 model, NVFP4-GEMM-4), then ``fp32(fp32(gA gB) * S)`` and the
+output dtype's round-to-nearest-even (NVFP4-GEMM-5, -5).
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ def _dequantized(torch, operand, device):
 def gemm(torch, device: str, a, b, out_dtype: str = "float32") -> np.ndarray:
     if out_dtype not in OUT_DTYPES:
         raise ValueError(f"out_dtype {out_dtype!r}: one of {', '.join(OUT_DTYPES)} "
-                         "(spec NVFP4-GEMM-5)")
+                         "(spec NVFP4-GEMM-6)")
     a, b = read_operand(a), read_operand(b)
     g_a = np.float32(1.0) if isinstance(a, np.ndarray) else np.float32(a.global_scale)
-    alpha = float(np.float32(g_a * np.float32(b.global_scale)))  # fp32(gA gB), NVFP4-GEMM-4
+    alpha = float(np.float32(g_a * np.float32(b.global_scale)))  # fp32(gA gB), NVFP4-GEMM-5
     previous = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")  # no TF32 or bf16 passes
     try:

@@ -1,9 +1,9 @@
 """What a GEMM kernel may return for the exact sums of ``gemm.py`` (spec section 10): the
-accumulation model it declares (NVFP4-GEMM-3), where it applies the global scales
-(NVFP4-GEMM-4), its output dtype (NVFP4-GEMM-5), and from these the admissible interval of
-every output element, a single value where every partial sum is exact (NVFP4-GEMM-6).
+accumulation model it declares (NVFP4-GEMM-4), where it applies the global scales
+(NVFP4-GEMM-5), its output dtype (NVFP4-GEMM-6), and from these the admissible interval of
+every output element, a single value where every partial sum is exact (NVFP4-GEMM-7).
 
-The interval is computed from the exact sum: the bound of NVFP4-GEMM-3 around it, tightened to
+The interval is computed from the exact sum: the bound of NVFP4-GEMM-4 around it, tightened to
 values of the accumulator's format, carried through the global scales by every evaluation order
 the clause admits (each step is monotone, so the ends of the interval go to the ends), and
 rounded to the output dtype.
@@ -22,7 +22,7 @@ from .gemm import (ELEMENT_UNIT_EXPONENT, NO_TERMS, ExactSum, check_nvfp4_operan
                    decoded_units, exact_sum, is_nvfp4)
 
 ROUNDINGS = ("nearest", "faithful")
-#: NVFP4-GEMM-4: where the two global scales are applied.
+#: NVFP4-GEMM-5: where the two global scales are applied.
 PLACEMENTS = ("accumulator", "output", "elements")
 #: Bits of the bound's factor kept (it is rounded up to a multiple of 2^-BOUND_BITS).
 BOUND_BITS = 96
@@ -30,7 +30,7 @@ BOUND_BITS = 96
 
 @dataclass(frozen=True)
 class GemmModel:
-    """The accumulation model a GEMM kernel declares (NVFP4-GEMM-3, -4).
+    """The accumulation model a GEMM kernel declares (NVFP4-GEMM-4, -4).
 
     ``accumulator``: the format every product and sum of the accumulation is rounded in
     (float32, float16, bfloat16); ``rounding``: ``nearest`` (IEEE round-to-nearest-even) or
@@ -52,23 +52,23 @@ class GemmModel:
         object.__setattr__(self, "accumulator", fmt.name)
         if self.rounding not in ROUNDINGS:
             raise ValueError(f"rounding {self.rounding!r}: one of {', '.join(ROUNDINGS)} "
-                             "(spec NVFP4-GEMM-3)")
+                             "(spec NVFP4-GEMM-4)")
         if self.global_scales not in PLACEMENTS:
             raise ValueError(f"global_scales {self.global_scales!r}: one of "
-                             f"{', '.join(PLACEMENTS)} (spec NVFP4-GEMM-4)")
+                             f"{', '.join(PLACEMENTS)} (spec NVFP4-GEMM-5)")
         if self.global_scales == "elements":
             if self.element_dtype is None:
                 raise ValueError("global_scales 'elements' needs element_dtype, the dtype the "
-                                 "dequantized elements are held in (spec NVFP4-GEMM-4)")
+                                 "dequantized elements are held in (spec NVFP4-GEMM-5)")
             object.__setattr__(self, "element_dtype", float_format(self.element_dtype).name)
             if isinstance(self.element_roundings, bool) or not isinstance(
                     self.element_roundings, int) or self.element_roundings < 1:
                 raise ValueError(f"element_roundings {self.element_roundings!r}: a whole "
                                  "number >= 1, the roundings from the exact element to the "
-                                 "value the matmul reads (spec NVFP4-GEMM-4)")
+                                 "value the matmul reads (spec NVFP4-GEMM-5)")
         elif self.element_dtype is not None or self.element_roundings:
             raise ValueError("element_dtype and element_roundings apply to global_scales "
-                             "'elements' only (spec NVFP4-GEMM-4)")
+                             "'elements' only (spec NVFP4-GEMM-5)")
 
     @classmethod
     def parse(cls, value) -> "GemmModel":
@@ -104,7 +104,7 @@ class GemmModel:
         return self.format is not FLOAT32
 
     def unit_roundoff(self) -> Fraction:
-        """u of NVFP4-GEMM-3: the accumulator's (2^-p, or 2^(1-p) when faithful), or the element
+        """u of NVFP4-GEMM-4: the accumulator's (2^-p, or 2^(1-p) when faithful), or the element
         dtype's 2^-p where that is larger."""
         u = self.format.unit_roundoff(self.rounding)
         if self.element_format is not None:
@@ -143,10 +143,10 @@ PRESETS = {
 
 @dataclass(frozen=True)
 class OperandProfile:
-    """What NVFP4-GEMM-3 reads of one operand's elements as the matmul multiplies them: the
+    """What NVFP4-GEMM-4 reads of one operand's elements as the matmul multiplies them: the
     largest odd part of a non-zero element's significand (its bits bound a product's),
     the exponent of its lowest set bit, the least and largest non-zero magnitudes of each row
-    (0 where a row is all zero), and the roundings of a folded element (NVFP4-GEMM-4)."""
+    (0 where a row is all zero), and the roundings of a folded element (NVFP4-GEMM-5)."""
 
     max_odd: int
     lowest_bit: int
@@ -216,12 +216,12 @@ def _valuation_of(values: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------
-# NVFP4-GEMM-3: roundings on a path, and the bound
+# NVFP4-GEMM-4: roundings on a path, and the bound
 # ------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Accumulation:
-    """How a model accumulates one GEMM: ``roundings`` (d of NVFP4-GEMM-3, the most roundings
+    """How a model accumulates one GEMM: ``roundings`` (d of NVFP4-GEMM-4, the most roundings
     on the path from a term to the sum), ``products_exact`` (every multiplication the model
     admits is exact in the accumulator), and per output element whether an inexact intermediate
     may be subnormal (``underflow``: outside the bound, not judged)."""
@@ -239,7 +239,7 @@ def accumulation(a, b, model: GemmModel) -> Accumulation:
     smallest = np.outer(pa.smallest, pb.smallest)
     both_nvfp4 = is_nvfp4(a) and is_nvfp4(b)
     forms = both_nvfp4 or model.global_scales == "elements"  # one product of two elements
-    # an activation may first meet part of a decoded element (x * b or x * sB, NVFP4-GEMM-7):
+    # an activation may first meet part of a decoded element (x * b or x * sB, NVFP4-GEMM-8):
     # such a partial product lies between |x| * 2^-10 and |x| * 2688, its lowest bit no lower
     # than x's - 10
     low = smallest if forms else np.outer(pa.smallest, np.where(pb.smallest > 0, 2.0 ** -10, 0))
@@ -274,24 +274,24 @@ def accumulation(a, b, model: GemmModel) -> Accumulation:
 
 
 def bound_factor(model: GemmModel, roundings: int) -> Fraction:
-    """``(1 + u)^d - 1`` of NVFP4-GEMM-3, rounded up to a multiple of 2^-BOUND_BITS."""
+    """``(1 + u)^d - 1`` of NVFP4-GEMM-4, rounded up to a multiple of 2^-BOUND_BITS."""
     exact = (1 + model.unit_roundoff()) ** roundings - 1
     return Fraction(math.ceil(exact * 2 ** BOUND_BITS), 2 ** BOUND_BITS)
 
 
 # ------------------------------------------------------------------------------------------
-# NVFP4-GEMM-6: the admissible interval of every output element
+# NVFP4-GEMM-7: the admissible interval of every output element
 # ------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Admissible:
     """Per output element (M, N): ``low`` and ``high`` (float64 holding values of the output
-    dtype, infinities included): the kernel's output must lie between them (NVFP4-GEMM-6);
+    dtype, infinities included): the kernel's output must lie between them (NVFP4-GEMM-7);
     ``exact``: every partial sum of every admitted evaluation is exact, so the accumulator
     holds S itself (``low == high`` unless a global-scale product rounds); ``judged``: False
     where an intermediate may leave the bound's range (subnormal inexact, or overflow of a
     narrow accumulator), with ``reason``; ``accumulator_low`` / ``_high``: the interval of the
-    accumulator itself (values of its format); ``bound``: the error bound of NVFP4-GEMM-3,
+    accumulator itself (values of its format); ``bound``: the error bound of NVFP4-GEMM-4,
     float64 rounded up."""
 
     low: np.ndarray
@@ -308,7 +308,7 @@ class Admissible:
 
 
 def admissible(a, b, out_dtype, model, product: ExactSum | None = None) -> Admissible:
-    """The admissible interval of every element of ``a @ b^T`` (NVFP4-GEMM-6)."""
+    """The admissible interval of every element of ``a @ b^T`` (NVFP4-GEMM-7)."""
     model = GemmModel.parse(model)
     out = float_format(out_dtype)
     product = product if product is not None else exact_sum(a, b)
@@ -333,7 +333,7 @@ def admissible(a, b, out_dtype, model, product: ExactSum | None = None) -> Admis
             numerator = int(product.numerators[i, j]) * multiplier
             magnitude = int(product.magnitudes[i, j]) * multiplier
             valuation = int(product.valuations[i, j])
-            # NVFP4-GEMM-6: every partial sum is a multiple of the terms' quantum q and at most
+            # NVFP4-GEMM-7: every partial sum is a multiple of the terms' quantum q and at most
             # sum |t| <= 2^p q, so it is exact (and so is every product, when products_exact)
             quantum = valuation + scaled_valuation - exponent
             summable = magnitude == 0 or (
@@ -345,7 +345,7 @@ def admissible(a, b, out_dtype, model, product: ExactSum | None = None) -> Admis
             if plan.underflow[i, j] and not summable:
                 judged[i, j] = False
                 reason[i, j] = (f"an inexact product may be subnormal in {fmt.short}: the "
-                                "bound of NVFP4-GEMM-3 holds without underflow")
+                                "bound of NVFP4-GEMM-4 holds without underflow")
             if fmt.round(magnitude + error, exponent, "up") > fmt.largest:
                 judged[i, j] = False
                 reason[i, j] = (f"the {fmt.short} accumulator may overflow: "
@@ -363,7 +363,7 @@ def admissible(a, b, out_dtype, model, product: ExactSum | None = None) -> Admis
 
 def _placements(g_a: float, g_b: float, model: GemmModel, out: FloatFormat) -> list:
     """Every evaluation from the accumulator to the output the declared placement admits
-    (NVFP4-GEMM-4, -5), the spec's first; each is monotone non-decreasing in the accumulator."""
+    (NVFP4-GEMM-5, -5), the spec's first; each is monotone non-decreasing in the accumulator."""
     def f32(v):
         return FLOAT32.round_float(v)
 
@@ -391,7 +391,7 @@ def reference_output(a, b, out_dtype, model="fp32",
     """One admissible result under ``model`` (default fp32 with the global scales on the
     accumulator, what the kit's own GEMM returns): the exact sum rounded once to the
     accumulator's format (a fused adder admitted by every model), then the first evaluation of
-    the declared placement (NVFP4-GEMM-4) and the output rounding (NVFP4-GEMM-5)."""
+    the declared placement (NVFP4-GEMM-5) and the output rounding (NVFP4-GEMM-6)."""
     model = GemmModel.parse(model)
     out = float_format(out_dtype)
     product = product if product is not None else exact_sum(a, b)

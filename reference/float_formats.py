@@ -1,5 +1,5 @@
 """The binary floating-point formats a GEMM accumulates, scales and outputs in, and exact
-rounding into them (spec section 10: NVFP4-GEMM-3's accumulators, NVFP4-GEMM-5's outputs).
+rounding into them (spec section 10: NVFP4-GEMM-4's accumulators, NVFP4-GEMM-6's outputs).
 
 A format is its precision ``p`` (significant bits, the hidden bit included) and its exponent
 range: normal numbers ``m * 2^e`` with ``2^(p-1) <= m < 2^p`` and ``emin <= e + p - 1 <= emax``,
@@ -35,7 +35,7 @@ class FloatFormat:
 
     @property
     def smallest_subnormal(self) -> float:
-        """eta, the spacing of the subnormals (NVFP4-GEMM-3's absolute error unit)."""
+        """eta, the spacing of the subnormals (NVFP4-GEMM-4's absolute error unit)."""
         return math.ldexp(1.0, self.emin - self.p + 1)
 
     @property

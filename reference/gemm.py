@@ -5,9 +5,9 @@ activations and an NVFP4 weight, and the rounding of a result to the output dtyp
 
 The operands are NVFP4 tensors as the weight quantizer produces them (any object with
 ``codes`` (rows, K), ``scale_bytes`` (rows, K/16) row-major and ``global_scale``, such as
-``QuantizedWeight``); for the weight-only GEMM (NVFP4-GEMM-7) the first operand is an array of
+``QuantizedWeight``); for the weight-only GEMM (NVFP4-GEMM-8) the first operand is an array of
 activations (M, K) in float32, float16 or bfloat16. Nothing here rounds: the sum is kept as an
-integer times a power of two (NVFP4-GEMM-2 says which), and ``accumulation.py`` says what a
+integer times a power of two (NVFP4-GEMM-3 says which), and ``accumulation.py`` says what a
 kernel may return for it.
 """
 
@@ -25,7 +25,7 @@ from .e4m3 import SCALE_BYTE_VALUES
 from .float_formats import FLOAT32, float_format
 from .packing import pack_codes, unpack_codes
 
-#: NVFP4-GEMM-2: a decoded element a * s is an integer multiple of 2^-10 (E2M1 values are
+#: NVFP4-GEMM-3: a decoded element a * s is an integer multiple of 2^-10 (E2M1 values are
 #: multiples of 1/2, E4M3 values of 2^-9), and a term a * b * sA * sB of 2^-20.
 ELEMENT_UNIT_EXPONENT = -10
 TERM_UNIT_EXPONENT = 2 * ELEMENT_UNIT_EXPONENT
@@ -34,7 +34,7 @@ DOUBLED_CODE_VALUES = (2 * E2M1_VALUES).astype(np.int64)
 #: s * 2^9 for each scale byte 0x00..0x7E (the E4M3 value in units of 2^-9, 0..229376).
 SCALE_BYTE_UNITS = np.array([int(Fraction(float(v)) * 2 ** 9) for v in SCALE_BYTE_VALUES],
                             dtype=np.int64)
-#: The activation dtypes of the weight-only GEMM (NVFP4-GEMM-7).
+#: The activation dtypes of the weight-only GEMM (NVFP4-GEMM-8).
 ACTIVATION_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 #: The valuation of a sum with no non-zero term (it is exactly 0 under any model).
 NO_TERMS = 1 << 20
@@ -45,10 +45,10 @@ class ExactSum:
     """``S[i, j] = numerators[i, j] * 2^exponent`` exactly: the sum of the K terms
     ``t_k = a[i, k] * sA[i, k // 16] * b[j, k] * sB[j, k // 16]`` before the global scales
     (NVFP4-GEMM-1; for the weight-only GEMM ``t_k = x[i, k] * b[j, k] * sB[j, k // 16]``,
-    NVFP4-GEMM-7). ``magnitudes[i, j] * 2^exponent`` is ``sum_k |t_k|``, the quantity the error
-    bound of NVFP4-GEMM-3 is stated in; ``valuations[i, j]`` is the exponent of the largest
+    NVFP4-GEMM-8). ``magnitudes[i, j] * 2^exponent`` is ``sum_k |t_k|``, the quantity the error
+    bound of NVFP4-GEMM-4 is stated in; ``valuations[i, j]`` is the exponent of the largest
     power of two dividing every non-zero term (``NO_TERMS`` when every term is zero), which
-    NVFP4-GEMM-6's exactness condition reads. Integer arrays are int64 where the values fit,
+    NVFP4-GEMM-7's exactness condition reads. Integer arrays are int64 where the values fit,
     else Python integers (dtype object)."""
 
     numerators: np.ndarray
@@ -133,17 +133,17 @@ def check_nvfp4_operand(operand, name: str) -> tuple[np.ndarray, np.ndarray, np.
 
 
 def check_activations(x, name: str = "a") -> np.ndarray:
-    """The activations of a weight-only GEMM, checked (NVFP4-GEMM-7): a 2-D numpy array of
+    """The activations of a weight-only GEMM, checked (NVFP4-GEMM-8): a 2-D numpy array of
     float32, float16 or bfloat16, every element finite."""
     if not isinstance(x, np.ndarray) or x.ndim != 2 or x.dtype not in ACTIVATION_DTYPES:
         raise ValueError(f"{name}: activations are a 2-D numpy array of float32, float16 or "
                          f"bfloat16, got {getattr(x, 'dtype', type(x).__name__)} "
-                         f"{getattr(x, 'shape', '')} (spec NVFP4-GEMM-7)")
+                         f"{getattr(x, 'shape', '')} (spec NVFP4-GEMM-8)")
     finite = np.isfinite(x.astype(np.float64))
     if not finite.all():
         index = [int(v) for v in np.argwhere(~finite)[0]]
         raise ValueError(f"{name}{index}: {float(x[tuple(index)])!r} is not finite "
-                         "(spec NVFP4-GEMM-7)")
+                         "(spec NVFP4-GEMM-8)")
     return x
 
 
@@ -153,12 +153,12 @@ def is_nvfp4(operand) -> bool:
 
 
 # ------------------------------------------------------------------------------------------
-# NVFP4-GEMM-2: every decoded element and every term is an integer multiple of a power of two
+# NVFP4-GEMM-3: every decoded element and every term is an integer multiple of a power of two
 # ------------------------------------------------------------------------------------------
 
 def decoded_units(codes: np.ndarray, scale_bytes: np.ndarray) -> np.ndarray:
     """int64 (rows, K): each decoded element ``a * s`` in units of 2^-10, that is
-    ``(2a) * (s * 2^9)`` (NVFP4-GEMM-2: |a s| <= 6 * 448 = 2688, so at most 2^22 units)."""
+    ``(2a) * (s * 2^9)`` (NVFP4-GEMM-3: |a s| <= 6 * 448 = 2688, so at most 2^22 units)."""
     scale_per_element = np.repeat(SCALE_BYTE_UNITS[scale_bytes.astype(np.intp)], GROUP_SIZE,
                                   axis=1)
     return DOUBLED_CODE_VALUES[codes.astype(np.intp)] * scale_per_element
@@ -180,7 +180,7 @@ def _activation_units(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def exact_sum(a, b) -> ExactSum:
     """The exact sums S of ``a @ b^T`` before the global scales (NVFP4-GEMM-1), ``a`` an NVFP4
-    operand (M, K) or activations (NVFP4-GEMM-7), ``b`` an NVFP4 operand (N, K)."""
+    operand (M, K) or activations (NVFP4-GEMM-8), ``b`` an NVFP4 operand (N, K)."""
     b_codes, b_bytes, _ = check_nvfp4_operand(b, "b")
     b_units = decoded_units(b_codes, b_bytes)
     if is_nvfp4(a):
@@ -237,12 +237,12 @@ def _term_valuations(a_valuation: np.ndarray, b_valuation: np.ndarray) -> np.nda
 
 
 # ------------------------------------------------------------------------------------------
-# NVFP4-GEMM-5: the output dtype
+# NVFP4-GEMM-6: the output dtype
 # ------------------------------------------------------------------------------------------
 
 def round_to_output(values: np.ndarray, out_dtype) -> np.ndarray:
     """float64 values (exact) rounded to the output dtype, IEEE round-to-nearest-even with
-    overflow to infinity (NVFP4-GEMM-5), as an array of that dtype."""
+    overflow to infinity (NVFP4-GEMM-6), as an array of that dtype."""
     fmt = float_format(out_dtype)
     flat = [fmt.round_float(float(v)) for v in np.asarray(values, dtype=np.float64).ravel()]
     return np.array(flat, dtype=np.float64).reshape(np.shape(values)).astype(fmt.dtype)

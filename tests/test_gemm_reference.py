@@ -1,8 +1,8 @@
 """The block-scaled GEMM's reference (spec section 10) checked by routes that do not go through
-it: the facts of NVFP4-GEMM-2 by enumeration with ``fractions.Fraction`` and ml_dtypes' own
-decoders; the bound of NVFP4-GEMM-3 against every summation order of small cases and against
+it: the facts of NVFP4-GEMM-3 by enumeration with ``fractions.Fraction`` and ml_dtypes' own
+decoders; the bound of NVFP4-GEMM-4 against every summation order of small cases and against
 simulated fp32, fp16, bf16 and truncating accumulators; the exactness condition of
-NVFP4-GEMM-6; the output rounding of NVFP4-GEMM-5 against a Fraction rounding written here and
+NVFP4-GEMM-7; the output rounding of NVFP4-GEMM-6 against a Fraction rounding written here and
 numpy's single-rounding casts."""
 
 from __future__ import annotations
@@ -78,10 +78,10 @@ def fraction_round(value: Fraction, p: int, emin: int, emax: int,
 
 
 # ------------------------------------------------------------------------------------------
-# NVFP4-GEMM-2: what is exact
+# NVFP4-GEMM-3: what is exact
 # ------------------------------------------------------------------------------------------
 
-@pytest.mark.clause("NVFP4-GEMM-2")
+@pytest.mark.clause("NVFP4-GEMM-3")
 def test_code_products_are_quarters_of_at_most_4_bits():
     products = [x * y for x in E2M1 for y in E2M1]
     assert len(products) == 256
@@ -91,7 +91,7 @@ def test_code_products_are_quarters_of_at_most_4_bits():
         assert all(exact_in(p, dtype) for p in products)
 
 
-@pytest.mark.clause("NVFP4-GEMM-2")
+@pytest.mark.clause("NVFP4-GEMM-3")
 def test_scale_products_every_byte_pair():
     """All 127 x 127 products of scale bytes 0x00..0x7E: multiples of 2^-18 with at most 8
     significant bits, at most 448^2, exact in fp32 and bf16, in fp16 exactly those <= 65504."""
@@ -111,7 +111,7 @@ def test_scale_products_every_byte_pair():
     assert int((values > 65504).sum()) > 0  # some do overflow fp16: the table's condition
 
 
-@pytest.mark.clause("NVFP4-GEMM-2")
+@pytest.mark.clause("NVFP4-GEMM-3")
 def test_dequantized_elements_and_terms():
     """Every code times every scale byte: multiples of 2^-10, at most 2688, 6 bits, exact in all
     three formats; every term (code product times scale product) at most 11 bits (2025 is the
@@ -137,7 +137,7 @@ def test_dequantized_elements_and_terms():
     assert odd_part(Fraction(9, 4) * Fraction(15, 8) ** 2) == 2025  # 1.5 * 1.5 * 1.875^2
 
 
-@pytest.mark.clause("NVFP4-GEMM-2")
+@pytest.mark.clause("NVFP4-GEMM-3")
 def test_block_partial_sums():
     """A block's partial sums are quarters of magnitude at most 576 (12 bits): 512.25 (4P =
     2049) is one, exact in fp32, not in fp16; the largest block value 448^2 * 576 is exact in
@@ -151,10 +151,10 @@ def test_block_partial_sums():
 
 
 # ------------------------------------------------------------------------------------------
-# NVFP4-GEMM-5: rounding into a format
+# NVFP4-GEMM-6: rounding into a format
 # ------------------------------------------------------------------------------------------
 
-@pytest.mark.clause("NVFP4-GEMM-5")
+@pytest.mark.clause("NVFP4-GEMM-6")
 @pytest.mark.parametrize("name", list(FORMATS))
 def test_exact_rounding_matches_an_independent_rounding(name):
     fmt = FORMATS[name]
@@ -175,7 +175,7 @@ def test_exact_rounding_matches_an_independent_rounding(name):
                                                                                      want)
 
 
-@pytest.mark.clause("NVFP4-GEMM-5")
+@pytest.mark.clause("NVFP4-GEMM-6")
 def test_numpy_casts_round_once_and_ml_dtypes_bfloat16_twice():
     """numpy's float64 -> float32 and -> float16 casts round once (they agree with the exact
     rounding); ml_dtypes' float64 -> bfloat16 goes through float32 and can round twice: 1 +
@@ -208,7 +208,7 @@ def fraction_product(case: GemmCase, i: int, j: int) -> Fraction:
     return total
 
 
-@pytest.mark.clause("NVFP4-GEMM-1", "NVFP4-GEMM-7")
+@pytest.mark.clause("NVFP4-GEMM-1", "NVFP4-GEMM-8")
 def test_exact_sums_match_fractions():
     rng = np.random.default_rng(1)
     cases = [GemmCase(random_nvfp4(rng, 3, 48), random_nvfp4(rng, 4, 48))]
@@ -224,7 +224,7 @@ def test_exact_sums_match_fractions():
 
 
 # ------------------------------------------------------------------------------------------
-# NVFP4-GEMM-3: the bound, against simulated accumulators and every order
+# NVFP4-GEMM-4: the bound, against simulated accumulators and every order
 # ------------------------------------------------------------------------------------------
 
 def terms(case: GemmCase, i: int, j: int) -> list[Fraction]:
@@ -249,13 +249,13 @@ def tree_sum(values: list[Fraction], rounding, rng) -> Fraction:
     return values[0]
 
 
-@pytest.mark.clause("NVFP4-GEMM-3")
+@pytest.mark.clause("NVFP4-GEMM-4")
 @pytest.mark.parametrize("model,mode", [("fp32", "nearest"), ("fp32-faithful", "toward-zero"),
                                         ("fp16", "nearest"), ("bf16", "nearest")])
 def test_every_simulated_order_lies_within_the_bound(model, mode):
     """Random trees of rounded additions (after one rounded product per term in the narrower
     formats), 25 per element, on products whose sums cancel: each result lies in the
-    accumulator interval of the model (NVFP4-GEMM-3)."""
+    accumulator interval of the model (NVFP4-GEMM-4)."""
     gemm_model = GemmModel.parse(model)
     rng = np.random.default_rng(3)
     a = random_nvfp4(rng, 2, 64, byte_low=0x20, byte_high=0x3C)
@@ -279,7 +279,7 @@ def test_every_simulated_order_lies_within_the_bound(model, mode):
     assert worst <= bound
 
 
-@pytest.mark.clause("NVFP4-GEMM-3")
+@pytest.mark.clause("NVFP4-GEMM-4")
 def test_every_order_of_four_blocks():
     """Block values 2^24, 1, 1, -2^24: the orders and groupings of the three fp32 additions
     give 0 (both ones absorbed by 2^24), 1 (one absorbed, one kept by -2^24 + 1) or 2; each
@@ -304,7 +304,7 @@ def test_every_order_of_four_blocks():
                for r in results)
 
 
-@pytest.mark.clause("NVFP4-GEMM-3")
+@pytest.mark.clause("NVFP4-GEMM-4")
 def test_the_bound_factor_and_the_figures_the_spec_quotes():
     fp32, fp16 = GemmModel.parse("fp32"), GemmModel.parse("fp16")
     k = 4096
@@ -319,10 +319,10 @@ def test_the_bound_factor_and_the_figures_the_spec_quotes():
 
 
 # ------------------------------------------------------------------------------------------
-# NVFP4-GEMM-6: exactly summable inputs
+# NVFP4-GEMM-7: exactly summable inputs
 # ------------------------------------------------------------------------------------------
 
-@pytest.mark.clause("NVFP4-GEMM-6")
+@pytest.mark.clause("NVFP4-GEMM-7")
 def test_exactly_summable_inputs_give_one_value_in_every_order():
     """Sums whose terms' magnitudes add up to at most 2^(p+q): every order gives S, and the
     interval is the one value (fp32 and, with small sums, fp16)."""
@@ -354,7 +354,7 @@ def test_exactly_summable_inputs_give_one_value_in_every_order():
                     == float(sum(ts))
 
 
-@pytest.mark.clause("NVFP4-GEMM-6", "NVFP4-GEMM-4")
+@pytest.mark.clause("NVFP4-GEMM-7", "NVFP4-GEMM-5")
 def test_the_global_scale_step_is_judged_exactly():
     """S = 257, gA gB = 3, bfloat16 out: fp32 gives 771, which bfloat16 rounds to 772 (the one
     admissible value); torchao's order (257 -> 256 in bfloat16, times 3) gives 768, admissible
@@ -368,7 +368,7 @@ def test_the_global_scale_step_is_judged_exactly():
 
 
 # ------------------------------------------------------------------------------------------
-# NVFP4-GEMM-7: the weight-only GEMM
+# NVFP4-GEMM-8: the weight-only GEMM
 # ------------------------------------------------------------------------------------------
 
 def ggml_q8_0(x: np.ndarray) -> np.ndarray:
@@ -382,7 +382,7 @@ def ggml_q8_0(x: np.ndarray) -> np.ndarray:
     return (q.astype(np.float32) * d.astype(np.float16).astype(np.float32)[:, None]).reshape(x.shape)
 
 
-@pytest.mark.clause("NVFP4-GEMM-7")
+@pytest.mark.clause("NVFP4-GEMM-8")
 def test_q8_0_activations_survive_ggml_quantization():
     rng = np.random.default_rng(4)
     x = q8_0_activations(rng, 4, 128)
@@ -391,7 +391,7 @@ def test_q8_0_activations_survive_ggml_quantization():
     assert not q8_0_exact(rng.standard_normal((4, 128)).astype(np.float32))
 
 
-@pytest.mark.clause("NVFP4-GEMM-7", "NVFP4-GEMM-3")
+@pytest.mark.clause("NVFP4-GEMM-8", "NVFP4-GEMM-4")
 def test_weight_only_roundings_and_the_range_it_judges():
     """bf16 and Q8_0 activations make exact terms (d = K - 1); fp32 activations take two
     multiplications (d = K + 1); activations below 2^-116 may round a subnormal product in fp32

@@ -140,7 +140,7 @@ SPEC_CONTENTS = {
     "1.5": {"clauses": set(SPEC_1_0_CLAUSES) | {"NVFP4-ACT-1", "NVFP4-ACT-2", "NVFP4-ACT-3",
                                                 "NVFP4-ACT-4", "NVFP4-GGUF-1", "HSCALE-BLOCK-1",
                                                 "NVFP4-IN-6", "HSCALE-CAL-2", "NVFP4-CKPT-4"}
-            | {f"NVFP4-GEMM-{k}" for k in range(1, 8)},
+            | {f"NVFP4-GEMM-{k}" for k in range(1, 9)},
             "allowances": set(SPEC_1_0_ALLOWANCES) | {"supplied-reciprocal"}},
 }
 

@@ -1,5 +1,5 @@
 """ggml's NVFP4 matmul on the CPU (llama.cpp) behind the gemm kind: the weight-only GEMM of
-NVFP4-GEMM-7, NVFP4 weights times activations that ggml quantizes to Q8_0.
+NVFP4-GEMM-8, NVFP4 weights times activations that ggml quantizes to Q8_0.
 
 Library functions called, through ctypes, from the llama.cpp that llama-cpp-python installs
 (``llama_cpp/lib``; 0.3.36 ships ggml 0.25.3): the graph llama.cpp builds for an NVFP4 Linear,
@@ -16,8 +16,8 @@ fused multiply-adds, then a horizontal sum).
 
 So the adapter declares activations ``q8_0`` (the suite feeds float32 activations that a Q8_0
 block holds exactly, so ggml's own quantization keeps them), the fp32 accumulation model with
-the global scale on the accumulator (NVFP4-GEMM-3, -4), float32 output, K a multiple of 64 (a
-GGUF block). Its arithmetic is the blocked form of NVFP4-GEMM-7: every product is exact, the
+the global scale on the accumulator (NVFP4-GEMM-4, -4), float32 output, K a multiple of 64 (a
+GGUF block). Its arithmetic is the blocked form of NVFP4-GEMM-8: every product is exact, the
 fp32 additions round.
 """
 

@@ -23,7 +23,7 @@ create_vllm_cutlass            ``vllm._custom_ops.cutlass_scaled_fp4_mm(a, b, sA
 
 Every one takes packed codes (element 2k in the low nibble) for both operands, both operands'
 E4M3 scale bytes in the 128x4 swizzled layout (NVFP4-PACK-3), and, for FlashInfer and vLLM, the
-product of the two global scales as ``alpha`` (an fp32 tensor: ``fp32(gA gB)``, NVFP4-GEMM-4),
+product of the two global scales as ``alpha`` (an fp32 tensor: ``fp32(gA gB)``, NVFP4-GEMM-5),
 applied to the fp32 accumulator in the epilogue. They declare the fp32 accumulation model
 (PTX documents the block-scale MMA's accumulator as f32; its internal width is not documented,
 which is what a run would measure), bfloat16 and float16 outputs, and K a multiple of 32.

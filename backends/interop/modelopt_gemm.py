@@ -9,7 +9,7 @@ ModelOpt's exported checkpoints and its ``QTensorWrapper`` weights), then
 
 ``dequantize`` computes ``fp32(e4m3 * double_scale)`` per block, times the E2M1 value in fp32,
 ``.to(bfloat16)``: the global scale folded into each element after three roundings, the last to
-bfloat16 (NVFP4-GEMM-4's ``elements`` placement); torch's CPU matmul of bfloat16 operands
+bfloat16 (NVFP4-GEMM-5's ``elements`` placement); torch's CPU matmul of bfloat16 operands
 accumulates in fp32 and rounds the output to bfloat16. The adapter declares that model.
 """
 

@@ -16,7 +16,7 @@ subclass's own dispatch:
 
 ``NVFP4Tensor.dequantize`` folds the global scale into every element: ``fp32(per_tensor_scale *
 e4m3)`` (``get_hp_scales``), times the E2M1 value in fp32, ``.to(orig_dtype)``: three roundings,
-the last to bfloat16 (NVFP4-GEMM-4's ``elements`` placement). torch's CPU matmul then multiplies
+the last to bfloat16 (NVFP4-GEMM-5's ``elements`` placement). torch's CPU matmul then multiplies
 bfloat16 elements (exact products in fp32) and accumulates in fp32 before rounding the output to
 bfloat16. The adapter declares exactly that: the fp32 model with the global scales folded into
 bfloat16 elements after at most 3 roundings, bfloat16 operands and output.

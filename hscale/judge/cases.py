@@ -156,7 +156,7 @@ class GemmCase:
 
     ``a``: the first operand (M, K), an NVFP4 tensor (a ``QuantizedWeight``, or any object with
     ``codes``, row-major ``scale_bytes`` and ``global_scale``), or activations, a float32,
-    float16 or bfloat16 array, for the weight-only GEMM (NVFP4-GEMM-7); ``b``: the NVFP4 weight
+    float16 or bfloat16 array, for the weight-only GEMM (NVFP4-GEMM-8); ``b``: the NVFP4 weight
     (N, K); ``out_dtype``: float32, bfloat16 or float16. ``id``, ``title``, ``clauses``,
     ``provenance``, ``notes``: what the case is and exercises, as for :class:`Case`. What a
     kernel may return depends on the accumulation model it declares: ``admissible(model)``;
@@ -192,7 +192,7 @@ class GemmCase:
         return exact_sum(self.a, self.b)
 
     def admissible(self, model):
-        """The admissible results under the accumulation ``model`` (NVFP4-GEMM-6)."""
+        """The admissible results under the accumulation ``model`` (NVFP4-GEMM-7)."""
         from hscale.reference.accumulation import GemmModel, admissible
         model = GemmModel.parse(model)
         cache = self.__dict__.setdefault("_admissible", {})

@@ -8,10 +8,11 @@ declared accumulation model, as findings naming the clause.
   (packed codes, scale bytes in the declared layout, the global scale);
 - ``observe_gemm``: what the kernel returned, as an array of output-dtype values, or findings
   about its structure;
-- ``judge_gemm``: every element outside the admissible interval (NVFP4-GEMM-6), each with the
+- ``judge_gemm``: every element outside the admissible interval (NVFP4-GEMM-7), each with the
   clause that the observation breaks: the judge tries the slips the field makes (the nibble
-  order, the scale layout, another global-scale placement, another output rounding, a narrower
-  or truncating accumulator) and names the one that explains the value.
+  order and the scale layout, NVFP4-GEMM-2; another global-scale placement, -5; another output
+  rounding, -6; a narrower or truncating accumulator, -4) and names the one that explains the
+  value.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from .findings import Finding, plural
 
 SCALE_LAYOUTS = ("row-major", "swizzled-128x4")
 #: The first operand a kernel takes: NVFP4 (W4A4), or activations of a dtype, or ggml's Q8_0
-#: blocks (judged on the fp32 values they decode to, NVFP4-GEMM-7).
+#: blocks (judged on the fp32 values they decode to, NVFP4-GEMM-8).
 ACTIVATIONS = ("nvfp4", "float32", "bfloat16", "float16", "q8_0")
 OUT_DTYPES = tuple(FORMATS)
 #: Q8_0 (ggml): 32 activations per block, int8 values times one fp16 scale.
@@ -47,11 +48,11 @@ class GemmDomain:
     """What a kernel of the gemm kind declares (docs/backends.md):
 
     ``gemm_model``: its accumulation model (a preset name such as ``fp32`` or ``fp16``, a
-    mapping of ``GemmModel``'s fields, or a ``GemmModel``; NVFP4-GEMM-3, -4), required;
+    mapping of ``GemmModel``'s fields, or a ``GemmModel``; NVFP4-GEMM-4, -4), required;
     ``gemm_out_dtypes``: the output dtypes it produces (default float32);
     ``gemm_activations``: what it takes as the first operand, one or several of ``nvfp4``
     (default: both operands NVFP4) and the activation formats of a weight-only kernel
-    (float32, bfloat16, float16, q8_0; NVFP4-GEMM-7);
+    (float32, bfloat16, float16, q8_0; NVFP4-GEMM-8);
     ``gemm_scale_layout``: the layout it reads scale bytes in (row-major, swizzled-128x4);
     ``gemm_shape_multiple``: (M, N, K) its shapes must be multiples of (default (1, 1, 16))."""
 
@@ -67,7 +68,7 @@ class GemmDomain:
         if declared is None:
             raise ValueError(f"{label}: declares the gemm kind but no gemm_model (its "
                              f"accumulation model: one of {', '.join(PRESETS)}, or a mapping; "
-                             "spec NVFP4-GEMM-3)")
+                             "spec NVFP4-GEMM-4)")
         try:
             model = GemmModel.parse(declared)
         except ValueError as exc:
@@ -176,7 +177,7 @@ def observe_gemm(result, case: GemmCase) -> tuple[np.ndarray | None, list[Findin
     m, n, _ = case.shape
     out = float_format(case.out_dtype)
     if not isinstance(result, np.ndarray):
-        return None, [Finding("NVFP4-GEMM-5", f"the result is a {type(result).__name__}, not a "
+        return None, [Finding("NVFP4-GEMM-6", f"the result is a {type(result).__name__}, not a "
                               "numpy array (convert device tensors to numpy before returning)",
                               kind="structure")]
     if result.shape != (m, n):
@@ -184,7 +185,7 @@ def observe_gemm(result, case: GemmCase) -> tuple[np.ndarray | None, list[Findin
                               f"of {m} x K and {n} x K operands is ({m}, {n})", kind="structure",
                               expected=str((m, n)), observed=str(result.shape))]
     if result.dtype != out.dtype:
-        return None, [Finding("NVFP4-GEMM-5", f"output dtype expected {out.name} observed "
+        return None, [Finding("NVFP4-GEMM-6", f"output dtype expected {out.name} observed "
                               f"{result.dtype}", kind="structure", expected=out.name,
                               observed=str(result.dtype))]
     return result.astype(np.float64), []
@@ -228,7 +229,7 @@ class GemmDiagnosis:
 def judge_gemm(case: GemmCase, observed: np.ndarray, model, domain: GemmDomain | None = None
                ) -> GemmDiagnosis:
     """Every element of ``observed`` (float64 values of the output dtype) outside the interval
-    the declared ``model`` admits (NVFP4-GEMM-6), each explained (the module docstring)."""
+    the declared ``model`` admits (NVFP4-GEMM-7), each explained (the module docstring)."""
     model = GemmModel.parse(model)
     allowed = case.admissible(model)
     diagnosis = GemmDiagnosis(elements=int(allowed.judged.sum()),
@@ -241,7 +242,7 @@ def judge_gemm(case: GemmCase, observed: np.ndarray, model, domain: GemmDomain |
     for i, j in hits[:LISTED]:
         diagnosis.findings.append(_element_finding(case, observed, model, domain, int(i), int(j)))
     if len(hits) > LISTED:
-        diagnosis.unlisted["NVFP4-GEMM-6"] += len(hits) - LISTED
+        diagnosis.unlisted["NVFP4-GEMM-7"] += len(hits) - LISTED
     return diagnosis
 
 
@@ -260,7 +261,7 @@ def _element_finding(case: GemmCase, observed: np.ndarray, model: GemmModel, dom
     exact_s = case.exact.value(i, j)
     ends = (f"admissible {out_hex(allowed.low[i, j], case.out_dtype)} .. "
             f"{out_hex(allowed.high[i, j], case.out_dtype)}")
-    why = ("every partial sum is exact (NVFP4-GEMM-6): one admissible accumulator"
+    why = ("every partial sum is exact (NVFP4-GEMM-7): one admissible accumulator"
            if allowed.exact[i, j] else
            f"S = {float(exact_s)!r}, |S - Ŝ| <= {allowed.bound[i, j]!r} with d = "
            f"{allowed.roundings}")
@@ -296,7 +297,7 @@ def _swap_pairs(codes: np.ndarray) -> np.ndarray:
 
 def _misread_scales(rows: Nvfp4Tensor, full_rows: int, declared: str) -> dict[str, np.ndarray]:
     """Scale bytes a kernel would read for ``rows`` (the first ``full_rows`` of the operand's
-    layout) if it read the buffer of the declared layout in another one (NVFP4-PACK-3)."""
+    layout) if it read the buffer of the declared layout in another one (NVFP4-GEMM-2)."""
     from .domain import swizzle
     scale_bytes = rows.scale_bytes
     r_count, cols = scale_bytes.shape
@@ -329,12 +330,12 @@ def _misread_scales(rows: Nvfp4Tensor, full_rows: int, declared: str) -> dict[st
 def explain(case: GemmCase, value: float, model: GemmModel, domain, i: int, j: int
             ) -> tuple[str, str]:
     """``(clause, why)`` for an inadmissible ``value`` of element (i, j): the first slip of
-    the layout that makes it admissible (NVFP4-PACK-1, -3), else the narrowest of the
-    numerical alternatives that admits it (NVFP4-GEMM-5 output rounding, -4 placement, -3
+    the operands' layouts that makes it admissible (NVFP4-GEMM-2), else the narrowest of the
+    numerical alternatives that admits it (NVFP4-GEMM-6 output rounding, -4 placement, -3
     accumulator), else NVFP4-GEMM-1."""
     out = case.out_dtype
     if math.isnan(value):
-        return "NVFP4-GEMM-5", "NaN is never admissible: the operands are finite"
+        return "NVFP4-GEMM-6", "NaN is never admissible: the operands are finite"
     b = _own_form(case.b).rows(j, j + 1)
     a = case.a[i:i + 1] if case.weight_only else _own_form(case.a).rows(i, i + 1)
 
@@ -343,13 +344,14 @@ def explain(case: GemmCase, value: float, model: GemmModel, domain, i: int, j: i
         return lo <= value <= hi, hi - lo
 
     # the layout: the codes' nibble order, the scale bytes' layout
-    slips = [("NVFP4-PACK-1", "the weight's codes read with the two nibbles of each byte "
-              "exchanged", a, replace(b, codes=_swap_pairs(b.codes)))]
+    slips = [("the weight's codes read with the two nibbles of each byte exchanged (not "
+              "NVFP4-PACK-1's order)", a, replace(b, codes=_swap_pairs(b.codes)))]
     if not case.weight_only:
-        slips.append(("NVFP4-PACK-1", "the first operand's codes read with the two nibbles of "
-                      "each byte exchanged", replace(a, codes=_swap_pairs(a.codes)), b))
-        slips.append(("NVFP4-PACK-1", "both operands' codes read with their nibbles exchanged",
-                      replace(a, codes=_swap_pairs(a.codes)),
+        slips.append(("the first operand's codes read with the two nibbles of each byte "
+                      "exchanged (not NVFP4-PACK-1's order)",
+                      replace(a, codes=_swap_pairs(a.codes)), b))
+        slips.append(("both operands' codes read with their nibbles exchanged (not "
+                      "NVFP4-PACK-1's order)", replace(a, codes=_swap_pairs(a.codes)),
                       replace(b, codes=_swap_pairs(b.codes))))
     layout = domain.scale_layout if domain is not None else "row-major"
     for name, operand, rows in (("weight", "b", j), ("first operand", "a", i)):
@@ -359,24 +361,25 @@ def explain(case: GemmCase, value: float, model: GemmModel, domain, i: int, j: i
         for how, misread in _misread_scales(whole, whole.codes.shape[0], layout).items():
             changed = replace(whole, scale_bytes=misread).rows(rows, rows + 1)
             pair = (a, changed) if operand == "b" else (changed, b)
-            slips.append(("NVFP4-PACK-3", f"the {name}'s scale bytes read as {how}", *pair))
-    for clause, how, a_, b_ in slips:
+            slips.append((f"the {name}'s scale bytes read as {how}, not the declared "
+                          f"{layout} layout", *pair))
+    for how, a_, b_ in slips:
         if admits(a_, b_)[0]:
-            return clause, f"the value is what {how} gives ({clause})"
+            return "NVFP4-GEMM-2", f"the value is what {how} gives (NVFP4-GEMM-2)"
 
     # the numbers: output rounding, placement, accumulator
     candidates = []
     toward_zero = _toward_zero_output(a, b, out, model)
     if toward_zero[0] <= value <= toward_zero[1]:
-        candidates.append((toward_zero[1] - toward_zero[0], "NVFP4-GEMM-5",
+        candidates.append((toward_zero[1] - toward_zero[0], "NVFP4-GEMM-6",
                            "admissible if the output were rounded toward zero instead of to "
-                           "nearest (NVFP4-GEMM-5)"))
+                           "nearest (NVFP4-GEMM-6)"))
     for other in _placements(model, out):
         ok, width = admits(a, b, other)
         if ok:
-            candidates.append((width, "NVFP4-GEMM-4", f"admissible with the global scales "
+            candidates.append((width, "NVFP4-GEMM-5", f"admissible with the global scales "
                                f"placed '{other.global_scales}' ({other.describe()}), not as "
-                               "declared (NVFP4-GEMM-4)"))
+                               "declared (NVFP4-GEMM-5)"))
     for name, preset in PRESETS.items():
         other = replace(preset, global_scales=model.global_scales,
                         element_dtype=model.element_dtype,
@@ -385,9 +388,9 @@ def explain(case: GemmCase, value: float, model: GemmModel, domain, i: int, j: i
             continue
         ok, width = admits(a, b, other)
         if ok:
-            candidates.append((width, "NVFP4-GEMM-3", f"admissible under the {name} "
+            candidates.append((width, "NVFP4-GEMM-4", f"admissible under the {name} "
                                f"accumulation model, not under the declared one: an accumulator "
-                               f"narrower or rounding otherwise than declared (NVFP4-GEMM-3)"))
+                               f"narrower or rounding otherwise than declared (NVFP4-GEMM-4)"))
     if candidates:
         _, clause, why = min(candidates, key=lambda c: c[0])
         return clause, why
@@ -396,7 +399,7 @@ def explain(case: GemmCase, value: float, model: GemmModel, domain, i: int, j: i
 
 
 def _placements(model: GemmModel, out_dtype: str) -> list[GemmModel]:
-    """The other global-scale placements of NVFP4-GEMM-4 with the declared accumulator: on the
+    """The other global-scale placements of NVFP4-GEMM-5 with the declared accumulator: on the
     accumulator, after the output rounding, folded into elements of the output dtype (or fp32)
     after up to three roundings (a dequantize-then-matmul)."""
     base = replace(model, global_scales="accumulator", element_dtype=None, element_roundings=0)
