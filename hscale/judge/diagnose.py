@@ -159,13 +159,12 @@ def observe(result, case: Case, convention: str = "multiplier", scale_layout: st
     observed = QuantizedWeight.from_bytes(codes, scale_bytes, initial, sg, method=case.method,
                                           init=case.init, K=case.K, U=case.U,
                                           scale_ceiling=case.scale_ceiling)
+    as_returned = dict(packed=np.ascontiguousarray(packed))  # a packing fault is seen (PACK-1)
     if delta is not None and not np.array_equal(observed.delta, delta):
-        object.__setattr__(observed, "delta", np.ascontiguousarray(delta))
-    # The packed bytes as returned, so that a packing fault is seen (NVFP4-PACK-1).
-    object.__setattr__(observed, "packed", np.ascontiguousarray(packed))
+        as_returned["delta"] = np.ascontiguousarray(delta)
     if convention == "reciprocal":
-        object.__setattr__(observed, "stored_global_scale", np.float32(result.global_scale))
-    return observed, []
+        as_returned["stored_global_scale"] = np.float32(result.global_scale)
+    return replace(observed, **as_returned), []
 
 
 def _unswizzled_scale_bytes(result, rows: int, scale_cols: int, findings: list):
@@ -312,7 +311,7 @@ def name_excusing_allowances(case: Case, observed: QuantizedWeight, findings: li
 
 def stored_as_reciprocal(observed: QuantizedWeight) -> bool:
     """Whether the result stored its global scale as the reciprocal (``observe`` keeps it)."""
-    return getattr(observed, "stored_global_scale", None) is not None
+    return observed.stored_global_scale is not None
 
 
 def expected_for(case: Case, observed: QuantizedWeight):
@@ -353,8 +352,7 @@ def compare_exact(case: Case, observed: QuantizedWeight, expected: QuantizedWeig
     unlisted: Counter = Counter()
     sg, want_sg = float(observed.global_scale), float(expected.global_scale)
     if fp32_hex(sg) != fp32_hex(want_sg) or math.isnan(sg):
-        findings.append(_global_scale_finding(case, sg, want_sg,
-                                              getattr(observed, "stored_global_scale", None)))
+        findings.append(_global_scale_finding(case, sg, want_sg, observed.stored_global_scale))
         return findings, unlisted  # every byte and code below would follow from it
 
     w = case.exact_weight()
