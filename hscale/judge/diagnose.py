@@ -36,8 +36,8 @@ from hscale.reference.global_scale import multiplier_from_reciprocal
 from hscale.reference.initial_scale import FOUR_OVER_SIX_TOPS, TOP_MAGNITUDE
 
 from . import independent
-from .cases import Case, Rejection, fp32_hex
-from .findings import Finding, plural
+from .cases import Case, Rejection
+from .findings import Finding, fp32_hex, plural
 from .profiles import EXACT, FORMAT, check_profile
 
 #: Differences analysed in detail per kind; the rest are counted.
