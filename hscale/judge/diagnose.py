@@ -31,6 +31,7 @@ import numpy as np
 
 from hscale.reference import (E2M1_MIDPOINTS, SCALE_BYTE_VALUES, QuantizedWeight,
                               candidate_errors, encode_e2m1, pack_codes, unpack_codes)
+from hscale.reference.constants import FP32_SMALLEST_NORMAL
 from hscale.reference.constants import GROUP_SIZE as GROUP
 from hscale.reference.global_scale import multiplier_from_reciprocal
 from hscale.reference.initial_scale import FOUR_OVER_SIX_TOPS, TOP_MAGNITUDE
@@ -432,7 +433,7 @@ def _global_scale_finding(case: Case, sg: float, want_sg: float, stored=None) ->
     amax = float(np.max(np.abs(case.exact_weight())))
     if case.global_scale is not None:
         clause, why = "NVFP4-GS-3", "the caller's s_g is used unchanged"
-    elif amax == 0 or Fraction(amax) / (6 * Fraction(float(case.scale_ceiling))) < 2.0 ** -126:
+    elif amax == 0 or Fraction(amax) / (6 * Fraction(float(case.scale_ceiling))) < FP32_SMALLEST_NORMAL:
         clause, why = "NVFP4-GS-2", f"amax = {amax!r}"
     else:
         clause, why = "NVFP4-GS-1", (f"s_g = fp32(amax / (6 C)) with amax = {amax!r}, "

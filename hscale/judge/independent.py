@@ -1,7 +1,7 @@
 """A second, vectorised statement of the spec, written only to *check* a result.
 
-This module uses none of the reference's rules (it takes only the group size, a number, from
-``hscale.reference.constants``): every rule below is re-derived from docs/spec.md so that a
+This module uses none of the reference's rules (it takes only numbers from
+``hscale.reference.constants``: the group size, the E2M1 grid, the smallest normal fp32): every rule below is re-derived from docs/spec.md so that a
 result can be certified without trusting the reference. It serves
 three purposes:
 
@@ -24,14 +24,15 @@ from fractions import Fraction
 
 import numpy as np
 
+from hscale.reference.constants import E2M1_MAGNITUDES, E2M1_MIDPOINTS, FP32_SMALLEST_NORMAL
 from hscale.reference.constants import GROUP_SIZE as GROUP
 
 from .findings import Finding
 
-MAGNITUDES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
-MIDPOINTS = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+MAGNITUDES = np.array(E2M1_MAGNITUDES)
+MIDPOINTS = np.array(E2M1_MIDPOINTS)
 FIRST, LAST, FIRST_NORMAL = 0x01, 0x7E, 0x08
-FP32_MIN_NORMAL = 2.0 ** -126
+FP32_MIN_NORMAL = FP32_SMALLEST_NORMAL
 
 #: How far (relative) s_g may be from the spec's under low-precision-global-scale: bfloat16's
 #: rounding of amax and of 6C / amax (8 significant bits each), then fp32's reciprocal.
