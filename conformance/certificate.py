@@ -12,15 +12,16 @@ Two parts, judged apart:
   rejected for another reason (the backend also rejects the same call with the bad input
   repaired), or accepted. It decides the verdict only under ``--strict-inputs``.
 
-The certificate records the kit and spec versions, the backend and its declared domain, the
-profile and the allowances with how many groups and elements each forgave, the Hypothesis
-settings, and the command that reproduces the run.
+``build`` makes the certificate, the JSON a vendor keeps. It records the kit and spec versions,
+the backend and its declared domain, the profile and the allowances with how many groups and
+elements each forgave, the Hypothesis settings, and the command that reproduces the run.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from hscale import SPEC_VERSION, __version__
 from hscale.judge.clauses import cited_clauses, clause_ids, registry
 from hscale.judge.profiles import ALLOWANCES
 
@@ -143,6 +144,57 @@ def verdicts(clauses: dict, contract: dict, strict_inputs: bool, tests: Counter)
             # a run that selected only part of the suite (--clause, --quick, -k) says so
             "clauses_not_judged": [c for c, row in clauses.items()
                                    if row["status"] == "not judged"]}
+
+
+def build(*, backend: dict, domain, tally, items: dict, outcomes: dict, profile: str,
+          allowances, strict_inputs: bool, hypothesis: dict, command: str,
+          duration_s: float) -> dict:
+    """The certificate of one backend, as the JSON a vendor keeps (docs/conformance.md):
+    ``backend`` what it is (id, spec, version, name, capabilities, availability), ``domain`` its
+    declared domain, ``tally`` the checker's counts, ``items`` / ``outcomes`` every suite test
+    of the run (nodeid -> (backend id, clauses) / (outcome, text))."""
+    tests, skip_reasons, test_outcomes = Counter(), Counter(), {}
+    for nodeid, (backend_id, _) in items.items():
+        if backend_id != backend["id"]:
+            continue
+        outcome, text = outcomes.get(nodeid, ("not run", ""))
+        tests[outcome] += 1
+        test_outcomes[nodeid] = outcome
+        if outcome == "skipped":
+            skip_reasons[text] += 1
+    clauses = clause_statuses(items, outcomes, backend["id"], tally.allowance_uses)
+    contract = contract_summary(tally.contract)
+    verdict = verdicts(clauses, contract, strict_inputs, tests)
+    return {
+        "certificate_version": 1,
+        "verdict": verdict["verdict"],
+        "verdicts": verdict,
+        "kit": {"name": "hscale-nvfp4", "version": __version__},
+        "spec": {"version": SPEC_VERSION, "source": "docs/spec.md (hscale.docs/spec.md)",
+                 "clauses": len(clause_ids())},
+        "backend": backend,
+        "domain": domain.as_json(),
+        "domain_text": domain.describe(),
+        "profile": profile,
+        "allowances": list(allowances),
+        "allowance_uses": {k: v for k, v in sorted(tally.allowance_uses.items())},
+        "tolerance_uses": tally.tolerance_uses,
+        "strict_inputs": strict_inputs,
+        "checks": tally.checks,
+        "groups_checked": tally.groups,
+        "adaptations": dict(tally.adaptations),
+        "hypothesis": hypothesis,
+        "tests": dict(tests),
+        "test_outcomes": test_outcomes,
+        "skip_reasons": dict(skip_reasons.most_common(20)),
+        "clauses": clauses,
+        "violations": {c: row["failing"] for c, row in clauses.items() if row["failed"]},
+        "errors_on_valid_input": {c: row["failing"] for c, row in clauses.items()
+                                  if row["error"] and not row["failed"]},
+        "input_contract": contract,
+        "command": command,
+        "duration_s": round(duration_s, 1),
+    }
 
 
 def render_summary(certificate: dict) -> list[str]:

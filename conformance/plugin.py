@@ -36,14 +36,12 @@ import os
 import re
 import shlex
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from hscale import SPEC_VERSION, __version__
 from hscale.conformance import certificate as cert
 from hscale.conformance.checker import Tally
 from hscale.judge.clauses import clause_ids, is_known
@@ -353,55 +351,19 @@ def _report_paths(config, st: SuiteState) -> dict[str, Path]:
 
 
 def build_report(st: SuiteState, entry: BackendEntry) -> dict:
-    """The certificate of one backend (``hscale.conformance.certificate``)."""
-    tests, skip_reasons, outcomes = Counter(), Counter(), {}
-    for nodeid, (backend_id, _) in st.items.items():
-        if backend_id != entry.id:
-            continue
-        outcome, text = st.outcomes.get(nodeid, ("not run", ""))
-        tests[outcome] += 1
-        outcomes[nodeid] = outcome
-        if outcome == "skipped":
-            skip_reasons[text] += 1
-    clauses = cert.clause_statuses(st.items, st.outcomes, entry.id, entry.tally.allowance_uses)
-    contract = cert.contract_summary(entry.tally.contract)
-    verdict = cert.verdicts(clauses, contract, st.strict_inputs, tests)
+    """The certificate of one backend (built by ``hscale.conformance.certificate``)."""
     s = settings()
-    return {
-        "certificate_version": 1,
-        "verdict": verdict["verdict"],
-        "verdicts": verdict,
-        "kit": {"name": "hscale-nvfp4", "version": __version__},
-        "spec": {"version": SPEC_VERSION, "source": "docs/spec.md (hscale.docs/spec.md)",
-                 "clauses": len(clause_ids())},
-        "backend": {"id": entry.id, "spec": entry.spec, "version": entry.version,
-                    "name": getattr(entry.backend, "name", None),
-                    "capabilities": sorted(getattr(entry.backend, "capabilities", ())),
-                    "available": entry.available, "reason": entry.reason},
-        "domain": entry.domain.as_json(),
-        "domain_text": entry.domain.describe(),
-        "profile": st.profile,
-        "allowances": list(st.allowances),
-        "allowance_uses": {k: v for k, v in sorted(entry.tally.allowance_uses.items())},
-        "tolerance_uses": entry.tally.tolerance_uses,
-        "strict_inputs": st.strict_inputs,
-        "checks": entry.tally.checks,
-        "groups_checked": entry.tally.groups,
-        "adaptations": dict(entry.tally.adaptations),
-        "hypothesis": {"profile": st.hypothesis_profile, "max_examples": s.max_examples,
-                       "derandomize": s.derandomize,
-                       "seed": None if st.hypothesis_seed is None else str(st.hypothesis_seed)},
-        "tests": dict(tests),
-        "test_outcomes": outcomes,
-        "skip_reasons": dict(skip_reasons.most_common(20)),
-        "clauses": clauses,
-        "violations": {c: row["failing"] for c, row in clauses.items() if row["failed"]},
-        "errors_on_valid_input": {c: row["failing"] for c, row in clauses.items()
-                                  if row["error"] and not row["failed"]},
-        "input_contract": contract,
-        "command": st.command,
-        "duration_s": round(time.time() - st.started, 1),
-    }
+    return cert.build(
+        backend={"id": entry.id, "spec": entry.spec, "version": entry.version,
+                 "name": getattr(entry.backend, "name", None),
+                 "capabilities": sorted(getattr(entry.backend, "capabilities", ())),
+                 "available": entry.available, "reason": entry.reason},
+        domain=entry.domain, tally=entry.tally, items=st.items, outcomes=st.outcomes,
+        profile=st.profile, allowances=st.allowances, strict_inputs=st.strict_inputs,
+        hypothesis={"profile": st.hypothesis_profile, "max_examples": s.max_examples,
+                    "derandomize": s.derandomize,
+                    "seed": None if st.hypothesis_seed is None else str(st.hypothesis_seed)},
+        command=st.command, duration_s=time.time() - st.started)
 
 
 def pytest_sessionfinish(session, exitstatus):
