@@ -7,7 +7,8 @@
 Options (docs/conformance.md):
 
 --backend NAME            built-in (numpy, torch, torch-cuda, cupy) or package.module:factory;
-                          repeatable; default: every built-in (unavailable ones skip). A backend
+                          repeatable; default: every built-in that can run here (the others are
+                          left out, one line says which and why). A backend
                           named here must be able to run, or the session stops with its reason
                           (unless --allow-unavailable)
 --allow-unavailable       let a named backend that cannot run here skip instead
@@ -107,6 +108,7 @@ class SuiteState:
     finished: int = 0  # tests of the suite finished so far (for the progress lines)
     last_progress: float = field(default_factory=time.time)
     suite_started: float | None = None  # when the first of the suite's tests started
+    left_out: dict = field(default_factory=dict)  # built-ins a run without --backend left out
 
 
 STATE_KEY = pytest.StashKey[SuiteState]()
@@ -214,8 +216,14 @@ def pytest_configure(config):
             raise pytest.UsageError(
                 f"--backend {entry.spec}: cannot run here: {entry.reason} (a backend named on "
                 "the command line must run; --allow-unavailable lets it skip instead)")
+    left_out = {}
+    if not config.getoption("backend"):
+        # A run without --backend judges the built-ins that can run here; the others are left
+        # out (no test of theirs is collected), and the header says which and why.
+        left_out = {ident: entry.reason for ident, entry in backends.items() if not entry.available}
+        backends = {ident: entry for ident, entry in backends.items() if entry.available}
     config.stash[STATE_KEY] = SuiteState(
-        backends=backends, profile=profile, allowances=allowances,
+        backends=backends, profile=profile, allowances=allowances, left_out=left_out,
         report_option=config.getoption("conformance_report"),
         strict_inputs=config.getoption("strict_inputs"),
         hypothesis_profile=settings._current_profile or "default",
@@ -224,6 +232,14 @@ def pytest_configure(config):
 
 def _state(config) -> SuiteState | None:
     return config.stash.get(STATE_KEY, None)
+
+
+def left_out_line(left_out: dict) -> str:
+    """One line: the built-in backends a run without --backend left out, each with its
+    reason."""
+    return ("conformance backends left out (cannot run here; name one with --backend "
+            "--allow-unavailable to see its tests skip): "
+            + "; ".join(f"{ident}: {reason}" for ident, reason in left_out.items()))
 
 
 def pytest_report_header(config):
@@ -237,6 +253,8 @@ def pytest_report_header(config):
         avail = "available" if e.available else f"UNAVAILABLE ({e.reason})"
         lines.append(f"conformance backend {e.id} [{e.spec}]: version {e.version}; "
                      f"capabilities {caps}; {e.domain.describe()}; {avail}")
+    if st.left_out:
+        lines.append(left_out_line(st.left_out))
     lines.append(f"conformance profile: {st.profile}; allowances: "
                  f"{', '.join(st.allowances) or 'none'}; input contract: "
                  f"{'decides the verdict' if st.strict_inputs else 'reported'}")
@@ -384,6 +402,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     st = _state(config)
     if st is None:
         return
+    if st.left_out:
+        terminalreporter.write_line(left_out_line(st.left_out))
     for ident, e in st.backends.items():
         report = e.report
         if report is None:
