@@ -47,6 +47,7 @@ from hscale.conformance import certificate as cert
 from hscale.conformance.checker import Tally
 from hscale.judge.clauses import clause_ids, is_known
 from hscale.judge.domain import Domain
+from hscale.judge.kinds import DEFAULT_KINDS, KINDS, Declared, declared_kinds, kind_of_test
 from hscale.judge.options import suite_options
 from hscale.judge.profiles import check_profile
 
@@ -80,6 +81,7 @@ class BackendEntry:
     reason: str
     explicit: bool = False  # named with --backend (it must run)
     domain: Domain = field(default_factory=Domain)
+    declared: Declared = field(default_factory=lambda: Declared(DEFAULT_KINDS, {}))
     tally: Tally = field(default_factory=Tally)
     report: dict | None = None  # the certificate, once written
     report_path: str = ""
@@ -141,7 +143,7 @@ def suite_requested(config) -> bool:
 
 
 def _load_backends(config) -> dict[str, BackendEntry]:
-    from hscale.backends import get
+    from hscale.backends import load
 
     given = config.getoption("backend")
     explicit = given is not None
@@ -149,7 +151,11 @@ def _load_backends(config) -> dict[str, BackendEntry]:
     entries: dict[str, BackendEntry] = {}
     for spec in specs:
         try:
-            backend = get(spec)
+            backend = load(spec)
+            missing = [a for a in ("name", "version", "available") if not hasattr(backend, a)]
+            if missing:
+                raise ValueError(f"backend {spec!r}: object lacks {', '.join(missing)} (see "
+                                 "docs/backends.md for the protocol)")
         except ValueError as exc:
             if explicit:
                 raise pytest.UsageError(
@@ -162,6 +168,10 @@ def _load_backends(config) -> dict[str, BackendEntry]:
             raise pytest.UsageError(f"--backend {spec}: the factory raised "
                                     f"{type(exc).__name__}: {exc}") from None
         try:
+            declared = declared_kinds(backend, f"--backend {spec}")
+        except ValueError as exc:
+            raise pytest.UsageError(f"{exc} (the declared kinds, docs/backends.md)") from None
+        try:
             domain = Domain.of(backend, f"--backend {spec}")
         except ValueError as exc:
             raise pytest.UsageError(f"{exc} (the declared domain, docs/backends.md)") from None
@@ -173,7 +183,7 @@ def _load_backends(config) -> dict[str, BackendEntry]:
         if ident in entries or not re.fullmatch(r"[\w.+-]+", ident):
             ident = re.sub(r"[^\w.+-]", "_", spec)
         entries[ident] = BackendEntry(spec, ident, backend, bool(ok), str(reason or ""), explicit,
-                                      domain)
+                                      domain, declared)
     return entries
 
 
@@ -249,10 +259,11 @@ def pytest_report_header(config):
     s = settings()
     lines = []
     for e in st.backends.values():
-        caps = ", ".join(sorted(getattr(e.backend, "capabilities", ()))) or "-"
         avail = "available" if e.available else f"UNAVAILABLE ({e.reason})"
-        lines.append(f"conformance backend {e.id} [{e.spec}]: version {e.version}; "
-                     f"capabilities {caps}; {e.domain.describe()}; {avail}")
+        kinds = "; ".join(f"kind {k}: {e.declared.describe(k) or '-'}"
+                          for k in KINDS if k in e.declared.kinds)
+        lines.append(f"conformance backend {e.id} [{e.spec}]: version {e.version}; {kinds}; "
+                     f"{e.domain.describe()}; {avail}")
     if st.left_out:
         lines.append(left_out_line(st.left_out))
     lines.append(f"conformance profile: {st.profile}; allowances: "
@@ -279,6 +290,13 @@ def pytest_collection_modifyitems(session, config, items):
         clauses = [c for m in item.iter_markers("clause") for c in m.args]
         backend_id = getattr(getattr(item, "callspec", None), "params", {}).get("backend_id")
         st.items[item.nodeid] = (backend_id, clauses)
+        try:
+            kind = kind_of_test(clauses)
+        except ValueError as exc:
+            raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
+        entry = st.backends.get(backend_id)
+        if kind is not None and entry is not None and kind not in entry.declared.kinds:
+            item.add_marker(pytest.mark.skip(reason=undeclared_kind_reason(entry, kind)))
     wanted = set(config.getoption("clause"))
     if wanted:
         selected = [item for item in items
@@ -287,6 +305,12 @@ def pytest_collection_modifyitems(session, config, items):
         if deselected:
             config.hook.pytest_deselected(items=deselected)
             items[:] = selected
+
+
+def undeclared_kind_reason(entry: BackendEntry, kind: str) -> str:
+    """Why a test of ``kind`` skips on a backend that does not declare it."""
+    return (f"backend {entry.id!r} does not declare the kind {kind!r} (it declares "
+            f"{', '.join(k for k in KINDS if k in entry.declared.kinds)})")
 
 
 def pytest_runtest_logreport(report):
@@ -376,8 +400,9 @@ def build_report(st: SuiteState, entry: BackendEntry) -> dict:
                  "name": getattr(entry.backend, "name", None),
                  "capabilities": sorted(getattr(entry.backend, "capabilities", ())),
                  "available": entry.available, "reason": entry.reason},
-        domain=entry.domain, tally=entry.tally, items=st.items, outcomes=st.outcomes,
-        profile=st.profile, allowances=st.allowances, strict_inputs=st.strict_inputs,
+        declared=entry.declared, domain=entry.domain, tally=entry.tally, items=st.items,
+        outcomes=st.outcomes, profile=st.profile, allowances=st.allowances,
+        strict_inputs=st.strict_inputs,
         hypothesis={"profile": st.hypothesis_profile, "max_examples": s.max_examples,
                     "derandomize": s.derandomize,
                     "seed": None if st.hypothesis_seed is None else str(st.hypothesis_seed)},

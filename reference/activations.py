@@ -20,6 +20,9 @@ from .dequantize import dequantize
 from .e2m1 import MAX_MAGNITUDE, encode_e2m1
 from .e4m3 import decode_e4m3, encode_e4m3
 
+#: The field's recipes for quantizing activations at run time, by name (docs/spec.md section 8):
+#: the one a kernel follows is what it declares, and what it is certified under.
+ACTIVATION_RECIPES = ("fast-math", "exact", "torchao")
 #: The activation dtypes an engine feeds the kernel (bfloat16, float16) and float32.
 ACTIVATION_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
