@@ -1,6 +1,10 @@
 """The certificate of a conformance run: what a vendor keeps, and what ``hscale conform`` prints.
 
-Two parts, judged apart:
+Per kind of implementation the backend declares (``hscale.judge.kinds``: a weight quantizer, a
+run-time activation quantizer, ...), the kind's declarations (its recipe), its clauses'
+statuses and its verdict; the overall verdict is "conforms" when every declared kind conforms.
+The clauses of a kind it does not declare are "not applicable", saying so. Two parts, judged
+apart:
 
 - **numerics**: every clause judged on valid inputs in the backend's declared domain, with
   its status: ``pass``, ``allowed`` (passed, with a named allowance of that clause used),
@@ -12,16 +16,19 @@ Two parts, judged apart:
   rejected for another reason (the backend also rejects the same call with the bad input
   repaired), or accepted. It decides the verdict only under ``--strict-inputs``.
 
-The certificate records the kit and spec versions, the backend and its declared domain, the
-profile and the allowances with how many groups and elements each forgave, the Hypothesis
-settings, and the command that reproduces the run.
+``build`` makes the certificate, the JSON a vendor keeps. It records the kit and spec versions,
+the backend and its declared domain, the profile and the allowances with how many groups and
+elements each forgave, the Hypothesis settings, and the command that reproduces the run.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from hscale import SPEC_VERSION, __version__
 from hscale.judge.clauses import cited_clauses, clause_ids, registry
+from hscale.judge.kinds import (DEFAULT_KINDS, JUDGED_ELSEWHERE, KINDS, Declared, kind_of_clause,
+                                kind_of_test)
 from hscale.judge.profiles import ALLOWANCES
 
 INPUT_SECTION_PREFIX = "NVFP4-IN-"
@@ -34,27 +41,19 @@ STATUSES = ("pass", "allowed", "fail", "error", "input contract", "not applicabl
             "not judged")
 #: Characters of a clause's first failure kept in the certificate.
 FAILURE_TEXT = 3000
-#: Clauses no test of a backend can judge, and where they are judged instead.
-JUDGED_ELSEWHERE = {
-    "NVFP4-CKPT-1": "a checkpoint layout, judged on checkpoints by hscale check",
-    "NVFP4-CKPT-2": "a checkpoint layout, judged on checkpoints by hscale check",
-    "NVFP4-CKPT-3": "a checkpoint layout, judged on checkpoints by hscale check",
-    "NVFP4-GGUF-1": "a checkpoint layout (GGUF), judged on checkpoints by hscale check",
-    **{f"NVFP4-ACT-{k}": "the engines' run-time activation profile, not a weight quantizer's "
-                         "output (the reference's, tests/test_activation_quantization.py)"
-       for k in range(1, 5)},
-}
 
 
 def _row() -> dict:
     return {"passed": 0, "failed": 0, "error": 0, "skipped": 0, "failing": [], "skip_reasons": []}
 
 
-def clause_statuses(items: dict, outcomes: dict, backend_id: str, allowance_uses: Counter) -> dict:
+def clause_statuses(items: dict, outcomes: dict, backend_id: str, allowance_uses: Counter,
+                    kinds=DEFAULT_KINDS) -> dict:
     """clause -> {status, passed, failed, error, skipped, failing} over the tests run on the
     backend (``items``: nodeid -> (backend id, clauses); ``outcomes``: nodeid -> (outcome,
     text)). A failure counts against the clauses its findings cite; a failure that cites none
-    (the backend raised on valid input) is an error of every clause its test names."""
+    (the backend raised on valid input) is an error of every clause its test names. The
+    clauses of a kind the backend does not declare (``kinds``) are not applicable."""
     used = {ALLOWANCES[a].clause for a, n in allowance_uses.items() if n}
     rows = {c: _row() for c in clause_ids()}
     for nodeid, (owner, ids) in items.items():
@@ -85,7 +84,11 @@ def clause_statuses(items: dict, outcomes: dict, backend_id: str, allowance_uses
                 row["failing"].append(nodeid)
                 row.setdefault("first_failure", text[:FAILURE_TEXT])
     for cid, row in rows.items():
-        if row["failed"]:
+        kind = kind_of_clause(cid)
+        if kind is not None and kind not in kinds:
+            row["status"] = "not applicable"
+            row["reason"] = f"the backend does not declare the kind {kind!r}"
+        elif row["failed"]:
             row["status"] = "fail"
         elif row["error"]:
             row["status"] = "error"
@@ -145,6 +148,76 @@ def verdicts(clauses: dict, contract: dict, strict_inputs: bool, tests: Counter)
                                    if row["status"] == "not judged"]}
 
 
+def build(*, backend: dict, declared: Declared, domain, tally, items: dict, outcomes: dict,
+          profile: str, allowances, strict_inputs: bool, hypothesis: dict, command: str,
+          duration_s: float) -> dict:
+    """The certificate of one backend, as the JSON a vendor keeps (docs/conformance.md):
+    ``backend`` what it is (id, spec, version, name, capabilities, availability), ``declared``
+    its kinds and their declarations, ``domain`` its declared domain, ``tally`` the checker's
+    counts, ``items`` / ``outcomes`` every suite test of the run (nodeid -> (backend id,
+    clauses) / (outcome, text))."""
+    tests, skip_reasons, test_outcomes = Counter(), Counter(), {}
+    kind_tests: dict[str, Counter] = defaultdict(Counter)
+    for nodeid, (backend_id, ids) in items.items():
+        if backend_id != backend["id"]:
+            continue
+        outcome, text = outcomes.get(nodeid, ("not run", ""))
+        tests[outcome] += 1
+        kind_tests[kind_of_test(ids)][outcome] += 1
+        test_outcomes[nodeid] = outcome
+        if outcome == "skipped":
+            skip_reasons[text] += 1
+    clauses = clause_statuses(items, outcomes, backend["id"], tally.allowance_uses,
+                              declared.kinds)
+    contract = contract_summary(tally.contract)
+    verdict = verdicts(clauses, contract, strict_inputs, tests)
+    kinds = {}
+    for name in (k for k in KINDS if k in declared.kinds):
+        rows = {c: row for c, row in clauses.items() if kind_of_clause(c) == name}
+        own = contract_summary([item for item in tally.contract
+                                if kind_of_clause(item["clause"]) == name])
+        part = verdicts(rows, own, strict_inputs, kind_tests[name])
+        kinds[name] = {"description": KINDS[name].description,
+                       "declarations": declared.declarations[name],
+                       "verdict": part["verdict"], "numerics": part["numerics"],
+                       "clauses_broken": part["clauses_broken"],
+                       "clauses_not_judged": part["clauses_not_judged"],
+                       "tests": dict(kind_tests[name]),
+                       "clauses": {c: row["status"] for c, row in rows.items()}}
+    return {
+        "certificate_version": 1,
+        "verdict": verdict["verdict"],
+        "verdicts": verdict,
+        "kit": {"name": "hscale-nvfp4", "version": __version__},
+        "spec": {"version": SPEC_VERSION, "source": "docs/spec.md (hscale.docs/spec.md)",
+                 "clauses": len(clause_ids())},
+        "backend": backend,
+        "kinds_declared": [k for k in KINDS if k in declared.kinds],
+        "kinds": kinds,
+        "domain": domain.as_json(),
+        "domain_text": domain.describe(),
+        "profile": profile,
+        "allowances": list(allowances),
+        "allowance_uses": {k: v for k, v in sorted(tally.allowance_uses.items())},
+        "tolerance_uses": tally.tolerance_uses,
+        "strict_inputs": strict_inputs,
+        "checks": tally.checks,
+        "groups_checked": tally.groups,
+        "adaptations": dict(tally.adaptations),
+        "hypothesis": hypothesis,
+        "tests": dict(tests),
+        "test_outcomes": test_outcomes,
+        "skip_reasons": dict(skip_reasons.most_common(20)),
+        "clauses": clauses,
+        "violations": {c: row["failing"] for c, row in clauses.items() if row["failed"]},
+        "errors_on_valid_input": {c: row["failing"] for c, row in clauses.items()
+                                  if row["error"] and not row["failed"]},
+        "input_contract": contract,
+        "command": command,
+        "duration_s": round(duration_s, 1),
+    }
+
+
 def render_summary(certificate: dict) -> list[str]:
     """The short human summary printed at the end of a run."""
     backend = certificate["backend"]
@@ -159,6 +232,13 @@ def render_summary(certificate: dict) -> list[str]:
              + (f", allowances {', '.join(certificate['allowances'])}"
                 if certificate["allowances"] else "")
              + f"; domain: {certificate['domain_text']}"]
+    for name, part in certificate.get("kinds", {}).items():
+        declared = "; ".join(f"{attribute} {', '.join(v) if isinstance(v, list) else v}"
+                             for attribute, v in part["declarations"].items())
+        counts = Counter(part["clauses"].values())
+        lines.append(f"  kind {name} ({declared or 'nothing to declare'}): "
+                     f"{part['verdict'].upper()}; clauses: "
+                     + "; ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s]))
     by_status = defaultdict(list)
     for cid, row in certificate["clauses"].items():
         if cid in registry():

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 import traceback
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pytest
@@ -326,16 +326,16 @@ def crop(observed: QuantizedWeight, shape) -> QuantizedWeight:
     if observed.codes.shape == (rows, cols):
         return observed
     groups = cols // GROUP
-    initial = None if observed.initial_bytes is None else observed.initial_bytes[:rows, :groups]
-    cut = QuantizedWeight.from_bytes(observed.codes[:rows, :cols],
-                                     observed.scale_bytes[:rows, :groups], initial,
-                                     observed.global_scale, method=observed.method,
-                                     init=observed.init, K=observed.K, U=observed.U,
-                                     scale_ceiling=observed.scale_ceiling)
-    if observed.delta is not None:
-        object.__setattr__(cut, "delta", np.ascontiguousarray(observed.delta[:rows, :groups]))
-    object.__setattr__(cut, "packed", np.ascontiguousarray(observed.packed[:rows, :cols // 2]))
-    return cut
+
+    def cut(array, width):
+        return None if array is None else np.ascontiguousarray(array[:rows, :width])
+
+    # Every field cut or kept, the stored reciprocal global scale included: a cropped record
+    # is diagnosed as the whole one is.
+    return replace(observed, codes=cut(observed.codes, cols), packed=cut(observed.packed, cols // 2),
+                   scale_bytes=cut(observed.scale_bytes, groups),
+                   delta=cut(observed.delta, groups),
+                   initial_bytes=cut(observed.initial_bytes, groups))
 
 
 def _index_re(index) -> str:

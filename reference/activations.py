@@ -14,12 +14,15 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from .constants import E4M3_MAX, GROUP_SIZE
+from .constants import (E4M3_MAX, FP32_LARGEST_RECIPROCAL_NORMAL, FP32_SMALLEST_NORMAL,
+                        GROUP_SIZE)
 from .dequantize import dequantize
 from .e2m1 import MAX_MAGNITUDE, encode_e2m1
 from .e4m3 import decode_e4m3, encode_e4m3
-from .global_scale import FP32_SMALLEST_NORMAL
 
+#: The field's recipes for quantizing activations at run time, by name (docs/spec.md section 8):
+#: the one a kernel follows is what it declares, and what it is certified under.
+ACTIVATION_RECIPES = ("fast-math", "exact", "torchao")
 #: The activation dtypes an engine feeds the kernel (bfloat16, float16) and float32.
 ACTIVATION_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
@@ -56,7 +59,8 @@ def check_activation_global_scale(global_scale) -> np.float32:
         raise ValueError(f"global_scale {global_scale!r}: a real number (spec NVFP4-ACT-1)") \
             from None
     g = np.float32(value)
-    if not (np.isfinite(g) and float(g) == value and FP32_SMALLEST_NORMAL <= value <= 2.0 ** 126):
+    if not (np.isfinite(g) and float(g) == value and FP32_SMALLEST_NORMAL <= value
+            <= FP32_LARGEST_RECIPROCAL_NORMAL):
         raise ValueError(f"global_scale {global_scale!r}: the activation global scale g is a "
                          "positive normal fp32 whose reciprocal is a normal fp32 (spec "
                          "NVFP4-ACT-1)")

@@ -362,9 +362,9 @@ def _reciprocal_global_scale():
         cases.append(Case(
             id=case_id, method="rtn", global_scale=np.float32(derived),
             title=("a tensor stored with a reciprocal global scale: s_g = fp32(amax / 2688) = "
-                   f"0x{hexio.fp32_hex(computed)}, stored r = fp32(1/s_g) = "
-                   f"0x{hexio.fp32_hex(stored)}, quantized with fp32(1/r) = "
-                   f"0x{hexio.fp32_hex(derived)}" + (" (= s_g: it reads back)" if same else
+                   f"0x{hexio.scalar_word(computed)}, stored r = fp32(1/s_g) = "
+                   f"0x{hexio.scalar_word(stored)}, quantized with fp32(1/r) = "
+                   f"0x{hexio.scalar_word(derived)}" + (" (= s_g: it reads back)" if same else
                                                      ", one ulp off s_g: no fp32 r has "
                                                      "fp32(1/r) = s_g")),
             clauses=("NVFP4-GS-4", "NVFP4-GS-3", "NVFP4-GS-1", "NVFP4-E2M1-2"),

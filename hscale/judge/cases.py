@@ -20,6 +20,8 @@ import numpy as np
 from hscale.reference import QuantizedWeight, gptq_quantize, quantize
 from hscale.reference.constants import DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U
 
+from .findings import fp32_hex
+
 # The clause a reference ValueError cites first: "... (spec NVFP4-IN-1)".
 _CLAUSE_IN_MESSAGE = re.compile(r"\(spec ([A-Z0-9]+(?:-[A-Z0-9]+)+)[,)]")
 PIPELINES = ("quantize", "gptq-diagonal")
@@ -216,7 +218,3 @@ class GemmCase:
         label = self.id or self.title
         return f"{label}: {text}" if label else text
 
-
-def fp32_hex(value) -> str:
-    """``0x3C800000``: the fp32 bits of a value."""
-    return f"0x{int(np.array(float(value), dtype=np.float32).view(np.uint32)):08X}"

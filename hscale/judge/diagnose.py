@@ -31,13 +31,14 @@ import numpy as np
 
 from hscale.reference import (E2M1_MIDPOINTS, SCALE_BYTE_VALUES, QuantizedWeight,
                               candidate_errors, encode_e2m1, pack_codes, unpack_codes)
+from hscale.reference.constants import FP32_SMALLEST_NORMAL
 from hscale.reference.constants import GROUP_SIZE as GROUP
 from hscale.reference.global_scale import multiplier_from_reciprocal
 from hscale.reference.initial_scale import FOUR_OVER_SIX_TOPS, TOP_MAGNITUDE
 
 from . import independent
-from .cases import Case, Rejection, fp32_hex
-from .findings import Finding, plural
+from .cases import Case, Rejection
+from .findings import Finding, fp32_hex, plural
 from .profiles import EXACT, FORMAT, check_profile
 
 #: Differences analysed in detail per kind; the rest are counted.
@@ -159,13 +160,12 @@ def observe(result, case: Case, convention: str = "multiplier", scale_layout: st
     observed = QuantizedWeight.from_bytes(codes, scale_bytes, initial, sg, method=case.method,
                                           init=case.init, K=case.K, U=case.U,
                                           scale_ceiling=case.scale_ceiling)
+    as_returned = dict(packed=np.ascontiguousarray(packed))  # a packing fault is seen (PACK-1)
     if delta is not None and not np.array_equal(observed.delta, delta):
-        object.__setattr__(observed, "delta", np.ascontiguousarray(delta))
-    # The packed bytes as returned, so that a packing fault is seen (NVFP4-PACK-1).
-    object.__setattr__(observed, "packed", np.ascontiguousarray(packed))
+        as_returned["delta"] = np.ascontiguousarray(delta)
     if convention == "reciprocal":
-        object.__setattr__(observed, "stored_global_scale", np.float32(result.global_scale))
-    return observed, []
+        as_returned["stored_global_scale"] = np.float32(result.global_scale)
+    return replace(observed, **as_returned), []
 
 
 def _unswizzled_scale_bytes(result, rows: int, scale_cols: int, findings: list):
@@ -312,7 +312,7 @@ def name_excusing_allowances(case: Case, observed: QuantizedWeight, findings: li
 
 def stored_as_reciprocal(observed: QuantizedWeight) -> bool:
     """Whether the result stored its global scale as the reciprocal (``observe`` keeps it)."""
-    return getattr(observed, "stored_global_scale", None) is not None
+    return observed.stored_global_scale is not None
 
 
 def expected_for(case: Case, observed: QuantizedWeight):
@@ -353,8 +353,7 @@ def compare_exact(case: Case, observed: QuantizedWeight, expected: QuantizedWeig
     unlisted: Counter = Counter()
     sg, want_sg = float(observed.global_scale), float(expected.global_scale)
     if fp32_hex(sg) != fp32_hex(want_sg) or math.isnan(sg):
-        findings.append(_global_scale_finding(case, sg, want_sg,
-                                              getattr(observed, "stored_global_scale", None)))
+        findings.append(_global_scale_finding(case, sg, want_sg, observed.stored_global_scale))
         return findings, unlisted  # every byte and code below would follow from it
 
     w = case.exact_weight()
@@ -434,7 +433,7 @@ def _global_scale_finding(case: Case, sg: float, want_sg: float, stored=None) ->
     amax = float(np.max(np.abs(case.exact_weight())))
     if case.global_scale is not None:
         clause, why = "NVFP4-GS-3", "the caller's s_g is used unchanged"
-    elif amax == 0 or Fraction(amax) / (6 * Fraction(float(case.scale_ceiling))) < 2.0 ** -126:
+    elif amax == 0 or Fraction(amax) / (6 * Fraction(float(case.scale_ceiling))) < FP32_SMALLEST_NORMAL:
         clause, why = "NVFP4-GS-2", f"amax = {amax!r}"
     else:
         clause, why = "NVFP4-GS-1", (f"s_g = fp32(amax / (6 C)) with amax = {amax!r}, "

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -64,3 +66,10 @@ class Finding:
 def plural(count: int, noun: str, plural_form: str | None = None) -> str:
     """``1 problem``, ``2 problems``."""
     return f"{count} {noun if count == 1 else (plural_form or noun + 's')}"
+
+
+def fp32_hex(value, prefix: str = "0x") -> str:
+    """The fp32 bits of a value, eight upper-case hex digits after ``prefix``: ``0x3C800000``
+    (how findings and reports write an fp32 value; the vector files write their own words,
+    ``hscale.vectors.hexio``)."""
+    return f"{prefix}{int(np.array(float(value), dtype=np.float32).view(np.uint32)):08X}"
