@@ -28,7 +28,7 @@ from collections import Counter, defaultdict
 from hscale import SPEC_VERSION, __version__
 from hscale.judge.clauses import cited_clauses, clause_ids, registry
 from hscale.judge.kinds import (DEFAULT_KINDS, JUDGED_ELSEWHERE, KINDS, Declared, kind_of_clause,
-                                kind_of_test)
+                                kind_of_test, shown)
 from hscale.judge.profiles import ALLOWANCES
 
 INPUT_SECTION_PREFIX = "NVFP4-IN-"
@@ -184,6 +184,9 @@ def build(*, backend: dict, declared: Declared, domain, tally, items: dict, outc
                        "clauses_not_judged": part["clauses_not_judged"],
                        "tests": dict(kind_tests[name]),
                        "clauses": {c: row["status"] for c, row in rows.items()}}
+    if "gemm" in kinds:  # what the GEMM judge saw: output elements, bit for bit or by interval
+        kinds["gemm"]["outputs"] = tally.gemm.as_json()
+        kinds["gemm"]["outputs_text"] = tally.gemm.describe()
     return {
         "certificate_version": 1,
         "verdict": verdict["verdict"],
@@ -233,12 +236,14 @@ def render_summary(certificate: dict) -> list[str]:
                 if certificate["allowances"] else "")
              + f"; domain: {certificate['domain_text']}"]
     for name, part in certificate.get("kinds", {}).items():
-        declared = "; ".join(f"{attribute} {', '.join(v) if isinstance(v, list) else v}"
+        declared = "; ".join(f"{attribute} {shown(v)}"
                              for attribute, v in part["declarations"].items())
         counts = Counter(part["clauses"].values())
         lines.append(f"  kind {name} ({declared or 'nothing to declare'}): "
                      f"{part['verdict'].upper()}; clauses: "
                      + "; ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s]))
+        if "outputs_text" in part:
+            lines.append(f"    {part['outputs_text']}")
     by_status = defaultdict(list)
     for cid, row in certificate["clauses"].items():
         if cid in registry():

@@ -39,6 +39,19 @@ class GemmTally:
     not_judged: Counter = field(default_factory=Counter)  # reason -> elements
     adaptations: Counter = field(default_factory=Counter)
 
+    def as_json(self) -> dict:
+        return {"gemms": self.checks, "output_elements_judged": self.elements,
+                "of_them_with_one_admissible_value": self.exact,
+                "not_judged": dict(self.not_judged), "adaptations": dict(self.adaptations)}
+
+    def describe(self) -> str:
+        text = (f"{self.checks} GEMMs, {self.elements} output elements judged ({self.exact} "
+                "with one admissible value, bit for bit)")
+        if self.not_judged:
+            text += "; not judged: " + "; ".join(f"{n} ({reason})"
+                                                 for reason, n in self.not_judged.items())
+        return text
+
 
 def declares_gemm(backend) -> bool:
     """Whether the backend declares the gemm kind (``kinds``; absent means weight only)."""

@@ -124,7 +124,10 @@ class GemmModel:
                 f"{'s' if self.element_roundings > 1 else ''} each)")
 
     def as_json(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        fields = asdict(self)
+        if self.global_scales != "elements":
+            del fields["element_dtype"], fields["element_roundings"]
+        return fields
 
 
 PRESETS = {

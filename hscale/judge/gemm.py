@@ -43,18 +43,92 @@ OUT_DTYPES = tuple(FORMATS)
 Q8_0_BLOCK = 32
 
 
+# -- the declarations of the gemm kind, each read and checked by one function ---------------
+# (hscale.judge.kinds's row of the gemm kind and GemmDomain.of use the same ones.)
+
+def parse_model(value) -> GemmModel:
+    """``gemm_model``: a preset name (``fp32``, ``fp16``, ...), a mapping of ``GemmModel``'s
+    fields, or a ``GemmModel`` (NVFP4-GEMM-4, -5)."""
+    return GemmModel.parse(value)
+
+
+def parse_out_dtypes(value) -> tuple[str, ...]:
+    """``gemm_out_dtypes``: the output dtypes, a tuple of float32, bfloat16, float16."""
+    names = (value,) if isinstance(value, str) else tuple(value)
+    if not names:
+        raise ValueError(f"no output dtype; one or several of {', '.join(OUT_DTYPES)}")
+    return tuple(float_format(name).name for name in names)
+
+
+def parse_activations(value) -> tuple[str, ...]:
+    """``gemm_activations``: the first operands, a tuple of nvfp4 and activation formats."""
+    names = (value,) if isinstance(value, str) else tuple(value)
+    if not names or any(name not in ACTIVATIONS for name in names):
+        raise ValueError(f"one or several of {', '.join(ACTIVATIONS)}")
+    return names
+
+
+def parse_scale_layout(value) -> str:
+    """``gemm_scale_layout``: row-major or swizzled-128x4 (NVFP4-GEMM-2)."""
+    if value not in SCALE_LAYOUTS:
+        raise ValueError(f"one of {', '.join(SCALE_LAYOUTS)}")
+    return value
+
+
+def parse_shape_multiple(value) -> tuple[int, int, int]:
+    """``gemm_shape_multiple``: (M, N, K) positive integers, K a multiple of 16."""
+    multiple = tuple(value)
+    if (len(multiple) != 3 or any(isinstance(m, bool) or not isinstance(m, (int, np.integer))
+                                  or m < 1 for m in multiple) or multiple[2] % GROUP_SIZE):
+        raise ValueError(f"(M, N, K), positive integers, K a multiple of {GROUP_SIZE}")
+    return tuple(int(m) for m in multiple)
+
+
+#: attribute -> (its parser, its default; None: required), in the order the docs list them.
+DECLARATIONS = {
+    "gemm_model": (parse_model, None),
+    "gemm_out_dtypes": (parse_out_dtypes, ("float32",)),
+    "gemm_activations": (parse_activations, ("nvfp4",)),
+    "gemm_scale_layout": (parse_scale_layout, "row-major"),
+    "gemm_shape_multiple": (parse_shape_multiple, (1, 1, GROUP_SIZE)),
+}
+
+
+def read_declaration(backend, attribute: str, label: str = "backend"):
+    """The backend's ``attribute`` (or its default), parsed: a ValueError names the attribute,
+    what it holds and what it may hold."""
+    parse, default = DECLARATIONS[attribute]
+    if not hasattr(backend, attribute):
+        if default is None:
+            raise ValueError(f"{label}: declares the gemm kind but no {attribute!r} (its "
+                             f"accumulation model: one of {', '.join(PRESETS)}, or a mapping of "
+                             "GemmModel's fields; spec NVFP4-GEMM-4)")
+        return parse(default)
+    value = getattr(backend, attribute)
+    try:
+        return parse(value)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{label}: {attribute} = {value!r}: {exc}") from None
+
+
+def declaration_json(backend, attribute: str, label: str = "backend"):
+    """``read_declaration`` as the certificate records it (plain JSON values; the model as its
+    fields and its description)."""
+    value = read_declaration(backend, attribute, label)
+    if isinstance(value, GemmModel):
+        return {**value.as_json(), "description": value.describe()}
+    return list(value) if isinstance(value, tuple) else value
+
+
 @dataclass(frozen=True)
 class GemmDomain:
-    """What a kernel of the gemm kind declares (docs/backends.md):
-
-    ``gemm_model``: its accumulation model (a preset name such as ``fp32`` or ``fp16``, a
-    mapping of ``GemmModel``'s fields, or a ``GemmModel``; NVFP4-GEMM-4, -4), required;
-    ``gemm_out_dtypes``: the output dtypes it produces (default float32);
-    ``gemm_activations``: what it takes as the first operand, one or several of ``nvfp4``
-    (default: both operands NVFP4) and the activation formats of a weight-only kernel
-    (float32, bfloat16, float16, q8_0; NVFP4-GEMM-8);
-    ``gemm_scale_layout``: the layout it reads scale bytes in (row-major, swizzled-128x4);
-    ``gemm_shape_multiple``: (M, N, K) its shapes must be multiples of (default (1, 1, 16))."""
+    """What a kernel of the gemm kind declares (docs/backends.md): ``gemm_model``, its
+    accumulation model (required); ``gemm_out_dtypes``, the output dtypes it produces (default
+    float32); ``gemm_activations``, what it takes as the first operand (default ``nvfp4``: both
+    operands NVFP4; float32, bfloat16, float16, q8_0: activations of a weight-only kernel,
+    NVFP4-GEMM-8); ``gemm_scale_layout``, the layout it reads scale bytes in (default
+    row-major, NVFP4-GEMM-2); ``gemm_shape_multiple``, (M, N, K) its shapes must be multiples
+    of (default (1, 1, 16)). Each is read by its parser above."""
 
     model: GemmModel
     out_dtypes: tuple[str, ...] = ("float32",)
@@ -64,32 +138,7 @@ class GemmDomain:
 
     @classmethod
     def of(cls, backend, label: str = "backend") -> "GemmDomain":
-        declared = getattr(backend, "gemm_model", None)
-        if declared is None:
-            raise ValueError(f"{label}: declares the gemm kind but no gemm_model (its "
-                             f"accumulation model: one of {', '.join(PRESETS)}, or a mapping; "
-                             "spec NVFP4-GEMM-4)")
-        try:
-            model = GemmModel.parse(declared)
-        except ValueError as exc:
-            raise ValueError(f"{label}: gemm_model: {exc}") from None
-        outs = tuple(float_format(d).name for d in getattr(backend, "gemm_out_dtypes",
-                                                            ("float32",)))
-        activations = getattr(backend, "gemm_activations", ("nvfp4",))
-        activations = (activations,) if isinstance(activations, str) else tuple(activations)
-        if not activations or any(a not in ACTIVATIONS for a in activations):
-            raise ValueError(f"{label}: gemm_activations {activations!r}: one or several of "
-                             f"{', '.join(ACTIVATIONS)}")
-        layout = getattr(backend, "gemm_scale_layout", "row-major")
-        if layout not in SCALE_LAYOUTS:
-            raise ValueError(f"{label}: gemm_scale_layout {layout!r}: one of "
-                             f"{', '.join(SCALE_LAYOUTS)}")
-        multiple = tuple(getattr(backend, "gemm_shape_multiple", (1, 1, GROUP_SIZE)))
-        if (len(multiple) != 3 or any(isinstance(m, bool) or not isinstance(m, (int, np.integer))
-                                      or m < 1 for m in multiple) or multiple[2] % GROUP_SIZE):
-            raise ValueError(f"{label}: gemm_shape_multiple {multiple}: (M, N, K), positive "
-                             f"integers, K a multiple of {GROUP_SIZE}")
-        return cls(model, outs, activations, layout, tuple(int(m) for m in multiple))
+        return cls(*(read_declaration(backend, attribute, label) for attribute in DECLARATIONS))
 
     def describe(self) -> str:
         first = " or ".join("NVFP4 x NVFP4" if a == "nvfp4" else f"{a} activations x NVFP4"

@@ -27,6 +27,20 @@ from typing import Callable
 from hscale.backends import CAPABILITIES
 from hscale.reference.activations import ACTIVATION_RECIPES
 
+from .gemm import declaration_json
+
+#: The gemm kind's declarations (read and checked by ``hscale.judge.gemm``).
+GEMM_DECLARATIONS = (
+    ("gemm_model", "its accumulation model: a preset (fp32, fp16, ...) or a mapping of the "
+                   "accumulator, rounding and global-scale placement (NVFP4-GEMM-4, -5)"),
+    ("gemm_out_dtypes", "the output dtypes it produces (default float32; NVFP4-GEMM-6)"),
+    ("gemm_activations", "its first operand: nvfp4 (default), or the activations of a "
+                         "weight-only kernel: float32, bfloat16, float16, q8_0 (NVFP4-GEMM-8)"),
+    ("gemm_scale_layout", "the layout it reads scale bytes in: row-major (default) or "
+                          "swizzled-128x4 (NVFP4-GEMM-2)"),
+    ("gemm_shape_multiple", "(M, N, K) its shapes must be multiples of (default (1, 1, 16))"),
+)
+
 #: A backend that declares no kinds is a weight quantizer.
 DEFAULT_KINDS = frozenset({"weight"})
 #: The clauses no kind judges (no quantize call of any kind shows them), and where they are
@@ -50,10 +64,15 @@ class Declaration:
     meaning: str
     choices: Callable[[], tuple] | None = None
     many: bool = False
+    #: reads and checks the declaration itself, defaults included: ``reader(backend, label)``
+    #: returns the value the certificate records, or raises a ValueError naming it
+    reader: Callable | None = None
 
     def read(self, backend, label: str):
         """The declared value, checked: a ValueError names the attribute, what it holds and
         what it may hold."""
+        if self.reader is not None:
+            return self.reader(backend, label)
         if not hasattr(backend, self.attribute):
             raise ValueError(f"{label}: declares no {self.attribute!r} ({self.meaning})"
                              + self._allowed())
@@ -73,6 +92,10 @@ class Declaration:
 
     def _allowed(self) -> str:
         return "" if self.choices is None else f"; one of {', '.join(self.choices())}"
+
+
+def _gemm_reader(attribute: str) -> Callable:
+    return lambda backend, label: declaration_json(backend, attribute, label)
 
 
 @dataclass(frozen=True)
@@ -101,6 +124,14 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          ("quantize",),
          (Declaration("capabilities", "the methods and inits it implements",
                       lambda: tuple(sorted(CAPABILITIES)), many=True),)),
+    Kind("gemm",
+         "a block-scaled GEMM: gemm(a, b, out_dtype=...) returns a @ b^T of two NVFP4 tensors, "
+         "or of activations and an NVFP4 weight, under the accumulation model it declares "
+         "(docs/spec.md section 10)",
+         ("NVFP4-GEMM-",),
+         ("gemm",),
+         tuple(Declaration(attribute, meaning, reader=_gemm_reader(attribute))
+               for attribute, meaning in GEMM_DECLARATIONS)),
     Kind("activation",
          "a run-time activation quantizer: quantize_activations(x, global_scale) returns the "
          "codes and scale bytes an engine feeds its FP4 matmul (docs/spec.md section 8)",
@@ -124,8 +155,15 @@ class Declared:
 
     def describe(self, kind: str) -> str:
         """``activation_recipe fast-math`` (what the kind's declarations hold)."""
-        return "; ".join(f"{attribute} {', '.join(value) if isinstance(value, list) else value}"
+        return "; ".join(f"{attribute} {shown(value)}"
                          for attribute, value in self.declarations[kind].items())
+
+
+def shown(value) -> str:
+    """A declared value in one line: a list joined, a mapping by its description."""
+    if isinstance(value, dict):
+        return str(value.get("description", value))
+    return ", ".join(str(v) for v in value) if isinstance(value, list) else str(value)
 
 
 def declared_kinds(backend, label: str = "backend") -> Declared:
