@@ -76,18 +76,22 @@ class GemmChecker:
         self.last_observed = None
 
     # -- what the backend declares ----------------------------------------------------------
-    def require(self, activations: str = "nvfp4", out_dtype: str = "float32"):
+    def require(self, activations: str = "nvfp4", out_dtype: str | None = None):
         """Skip a test of a first operand or output dtype the backend does not declare."""
         if activations not in self.domain.activations:
             pytest.skip(f"backend {self.label!r} takes {'/'.join(self.domain.activations)} "
                         f"as the GEMM's first operand, not {activations}")
-        if out_dtype not in self.domain.out_dtypes:
+        if out_dtype is not None and out_dtype not in self.domain.out_dtypes:
             pytest.skip(f"backend {self.label!r} outputs {'/'.join(self.domain.out_dtypes)}, "
                         f"not {out_dtype}")
 
     @property
     def out_dtypes(self) -> tuple[str, ...]:
         return self.domain.out_dtypes
+
+    def out_dtype(self, preferred: str = "float32") -> str:
+        """``preferred`` if the backend outputs it, else the first output dtype it declares."""
+        return preferred if preferred in self.domain.out_dtypes else self.domain.out_dtypes[0]
 
     def first_operand(self, case: GemmCase) -> str:
         """What the case's first operand is, in the declared vocabulary."""

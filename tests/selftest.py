@@ -235,6 +235,7 @@ def all_runs(tmp: Path) -> dict[str, Run]:
         runs.append(Run(f"faithful-{allowance}", [M + mutant, M + other],
                         ["--profile", "faithful", "--allow", allowance]))
     runs += vendor_runs()
+    runs += gemm_runs()
     return {run.name: run for run in run_all(runs, tmp / "reports")}
 
 
@@ -262,3 +263,32 @@ def vendor_runs() -> list[Run]:
             Run("vendor-bf16-exact", [V + "bf16_kernel"], env=env, conform=True),
             Run("vendor-bf16-slips", [V + name for name in BF16_SLIPS], BF16_FAITHFUL, env=env,
                 conform=True)]
+
+
+# ------------------------------------------------------------------------------------------
+# GEMMs written as a vendor writes them (tests/gemm_kernels.py), certified by hscale conform
+# ------------------------------------------------------------------------------------------
+
+G = "gemm_kernels:"
+#: Independent GEMMs, each conforming under the accumulation model it declares.
+GEMM_KERNELS = {"fp32_blocks": "gemm-fp32-blocks", "fp16_gemv": "gemm-fp16-gemv",
+                "late_scale": "gemm-late-scale"}
+#: fp32_blocks with one slip, and the clause its certificate must name most.
+GEMM_SLIPS = {"fp16_accumulation": ("gemm-slip-fp16-accumulation", "NVFP4-GEMM-4"),
+              "wrong_swizzle": ("gemm-slip-wrong-swizzle", "NVFP4-GEMM-2"),
+              "scale_read_linear": ("gemm-slip-scale-read-linear", "NVFP4-GEMM-2"),
+              "nibble_flipped": ("gemm-slip-nibble-flipped", "NVFP4-GEMM-2"),
+              "scale_after_bf16": ("gemm-slip-scale-after-bf16", "NVFP4-GEMM-5"),
+              "output_truncated": ("gemm-slip-output-truncated", "NVFP4-GEMM-6"),
+              "crossed_scales": ("gemm-slip-crossed-scales", "NVFP4-GEMM-1")}
+#: The GEMM tests only (the kernels declare no other kind).
+GEMM_ONLY = ["-k", "test_gemm"]
+
+
+def gemm_runs() -> list[Run]:
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent),
+                                                       os.environ.get("PYTHONPATH")]))}
+    return [Run("gemm-kernels", [G + name for name in GEMM_KERNELS],
+                ["--quick", "--", "--hypothesis-profile", "mutant", *GEMM_ONLY], env=env,
+                quick=False, conform=True),
+            Run("gemm-slips", [G + name for name in GEMM_SLIPS], GEMM_ONLY, env=env)]

@@ -19,20 +19,19 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from hscale.reference import pack_codes, unpack_codes
-from hscale.reference.accumulation import PRESETS, GemmModel, admissible, reference_output
+from hscale.reference import pack_codes
+from hscale.reference.accumulation import PRESETS, GemmModel, reference_output
 from hscale.reference.constants import GROUP_SIZE
 from hscale.reference.float_formats import FORMATS, float_format
-from hscale.reference.gemm import Nvfp4Tensor, exact_sum
-from hscale.reference.packing import swizzle_offset
 
 from .cases import GemmCase
 from .diagnose import LISTED, value_hex
 from .findings import Finding, plural
+from .gemm_slips import attribute
 
 SCALE_LAYOUTS = ("row-major", "swizzled-128x4")
 #: The first operand a kernel takes: NVFP4 (W4A4), or activations of a dtype, or ggml's Q8_0
@@ -278,7 +277,8 @@ class GemmDiagnosis:
 def judge_gemm(case: GemmCase, observed: np.ndarray, model, domain: GemmDomain | None = None
                ) -> GemmDiagnosis:
     """Every element of ``observed`` (float64 values of the output dtype) outside the interval
-    the declared ``model`` admits (NVFP4-GEMM-7), each explained (the module docstring)."""
+    the declared ``model`` admits (NVFP4-GEMM-7), each with the clause it breaks
+    (``gemm_slips``): at most ``LISTED`` listed, the rest counted."""
     model = GemmModel.parse(model)
     allowed = case.admissible(model)
     diagnosis = GemmDiagnosis(elements=int(allowed.judged.sum()),
@@ -287,11 +287,17 @@ def judge_gemm(case: GemmCase, observed: np.ndarray, model, domain: GemmDomain |
         diagnosis.not_judged[reason] += 1
     inside = (observed >= allowed.low) & (observed <= allowed.high)
     bad = allowed.judged & ~inside  # NaN is never inside
-    hits = np.argwhere(bad)
-    for i, j in hits[:LISTED]:
-        diagnosis.findings.append(_element_finding(case, observed, model, domain, int(i), int(j)))
-    if len(hits) > LISTED:
-        diagnosis.unlisted["NVFP4-GEMM-7"] += len(hits) - LISTED
+    listed = np.zeros(bad.shape, bool)
+    for i, j in np.argwhere(bad)[:LISTED]:
+        listed[i, j] = True
+    layout = domain.scale_layout if domain is not None else "row-major"
+    clauses = attribute(case, observed, model, listed, layout)
+    expected = reference_output(case.a, case.b, case.out_dtype, model, case.exact)
+    for (i, j), (clause, why) in sorted(clauses.items()):
+        diagnosis.findings.append(_element_finding(case, allowed, expected, observed, i, j,
+                                                   clause, why))
+    if bad.sum() > LISTED:
+        diagnosis.unlisted["NVFP4-GEMM-7"] += int(bad.sum()) - LISTED
     return diagnosis
 
 
@@ -299,168 +305,20 @@ def out_hex(value: float, dtype: str) -> str:
     """The bits of an output-dtype value, and its value."""
     if math.isnan(value):
         return "NaN"
-    return f"{value_hex(value, float_format(dtype).dtype)} ({value!r})"
+    return f"{value_hex(value, float_format(dtype).dtype)} ({float(value)!r})"
 
 
-def _element_finding(case: GemmCase, observed: np.ndarray, model: GemmModel, domain,
-                     i: int, j: int) -> Finding:
-    allowed = case.admissible(model)
-    value = float(observed[i, j])
-    expected = float(reference_output(case.a, case.b, case.out_dtype, model, case.exact)[i, j])
-    exact_s = case.exact.value(i, j)
-    ends = (f"admissible {out_hex(allowed.low[i, j], case.out_dtype)} .. "
-            f"{out_hex(allowed.high[i, j], case.out_dtype)}")
-    why = ("every partial sum is exact (NVFP4-GEMM-7): one admissible accumulator"
-           if allowed.exact[i, j] else
-           f"S = {float(exact_s)!r}, |S - Ŝ| <= {allowed.bound[i, j]!r} with d = "
-           f"{allowed.roundings}")
-    clause, explanation = explain(case, value, model, domain, i, j)
-    text = (f"{case.out_dtype} expected {out_hex(expected, case.out_dtype)} observed "
-            f"{out_hex(value, case.out_dtype)}; {ends} under {model.describe()}; {why}; "
-            f"{explanation}")
-    return Finding(clause, text, output=(i, j), kind="gemm",
-                   expected=value_hex(expected, float_format(case.out_dtype).dtype),
-                   observed="NaN" if math.isnan(value) else
-                   value_hex(value, float_format(case.out_dtype).dtype))
-
-
-# ------------------------------------------------------------------------------------------
-# Which clause an inadmissible value breaks
-# ------------------------------------------------------------------------------------------
-
-def _own_form(operand) -> Nvfp4Tensor:
-    return Nvfp4Tensor(np.asarray(operand.codes, np.uint8), np.asarray(operand.scale_bytes, np.uint8),
-                     np.float32(operand.global_scale))
-
-
-def _element_interval(a, b, out_dtype: str, model: GemmModel) -> tuple[float, float]:
-    allowed = admissible(a, b, out_dtype, model, exact_sum(a, b))
-    return float(allowed.low[0, 0]), float(allowed.high[0, 0])
-
-
-def _swap_pairs(codes: np.ndarray) -> np.ndarray:
-    swapped = np.empty_like(codes)
-    swapped[:, 0::2], swapped[:, 1::2] = codes[:, 1::2], codes[:, 0::2]
-    return swapped
-
-
-def _misread_scales(rows: Nvfp4Tensor, full_rows: int, declared: str) -> dict[str, np.ndarray]:
-    """Scale bytes a kernel would read for ``rows`` (the first ``full_rows`` of the operand's
-    layout) if it read the buffer of the declared layout in another one (NVFP4-GEMM-2)."""
-    from .domain import swizzle
-    scale_bytes = rows.scale_bytes
-    r_count, cols = scale_bytes.shape
-    r = np.arange(r_count)[:, None]
-    c = np.arange(cols)[None, :]
-    padded_cols = -(-cols // 4) * 4
-    out = {}
-    if declared == "swizzled-128x4":
-        buffer = swizzle(scale_bytes)
-
-        def take(offsets):
-            return np.where(offsets < buffer.size, buffer[np.minimum(offsets, buffer.size - 1)],
-                            0).astype(np.uint8)
-        out["the swizzled buffer read as row-major (rows x K/16)"] = take(r * cols + c)
-        out["the swizzled buffer read as row-major, padded (rows x ceil(K/64)*4)"] = take(
-            r * padded_cols + c)
-        tiles = -(-cols // 4)
-        exchanged = ((r // 128) * tiles + c // 4) * 512 + (r % 32) * 4 + ((r % 128) // 32) * 16 \
-            + c % 4
-        out["the 128x4 tile read with its 32-row blocks and 4-row-block index exchanged"] = \
-            take(exchanged)
-    else:
-        flat = scale_bytes.reshape(-1)
-        offsets = swizzle_offset(r, c, cols)
-        out["the row-major bytes read as the swizzled 128x4 layout"] = np.where(
-            offsets < flat.size, flat[np.minimum(offsets, flat.size - 1)], 0).astype(np.uint8)
-    return out
-
-
-def explain(case: GemmCase, value: float, model: GemmModel, domain, i: int, j: int
-            ) -> tuple[str, str]:
-    """``(clause, why)`` for an inadmissible ``value`` of element (i, j): the first slip of
-    the operands' layouts that makes it admissible (NVFP4-GEMM-2), else the narrowest of the
-    numerical alternatives that admits it (NVFP4-GEMM-6 output rounding, -4 placement, -3
-    accumulator), else NVFP4-GEMM-1."""
+def _element_finding(case: GemmCase, allowed, expected, observed, i: int, j: int, clause: str,
+                     why: str) -> Finding:
     out = case.out_dtype
-    if math.isnan(value):
-        return "NVFP4-GEMM-6", "NaN is never admissible: the operands are finite"
-    b = _own_form(case.b).rows(j, j + 1)
-    a = case.a[i:i + 1] if case.weight_only else _own_form(case.a).rows(i, i + 1)
-
-    def admits(a_, b_, model_=model):
-        lo, hi = _element_interval(a_, b_, out, model_)
-        return lo <= value <= hi, hi - lo
-
-    # the layout: the codes' nibble order, the scale bytes' layout
-    slips = [("the weight's codes read with the two nibbles of each byte exchanged (not "
-              "NVFP4-PACK-1's order)", a, replace(b, codes=_swap_pairs(b.codes)))]
-    if not case.weight_only:
-        slips.append(("the first operand's codes read with the two nibbles of each byte "
-                      "exchanged (not NVFP4-PACK-1's order)",
-                      replace(a, codes=_swap_pairs(a.codes)), b))
-        slips.append(("both operands' codes read with their nibbles exchanged (not "
-                      "NVFP4-PACK-1's order)", replace(a, codes=_swap_pairs(a.codes)),
-                      replace(b, codes=_swap_pairs(b.codes))))
-    layout = domain.scale_layout if domain is not None else "row-major"
-    for name, operand, rows in (("weight", "b", j), ("first operand", "a", i)):
-        if operand == "a" and case.weight_only:
-            continue
-        whole = _own_form(getattr(case, operand))
-        for how, misread in _misread_scales(whole, whole.codes.shape[0], layout).items():
-            changed = replace(whole, scale_bytes=misread).rows(rows, rows + 1)
-            pair = (a, changed) if operand == "b" else (changed, b)
-            slips.append((f"the {name}'s scale bytes read as {how}, not the declared "
-                          f"{layout} layout", *pair))
-    for how, a_, b_ in slips:
-        if admits(a_, b_)[0]:
-            return "NVFP4-GEMM-2", f"the value is what {how} gives (NVFP4-GEMM-2)"
-
-    # the numbers: output rounding, placement, accumulator
-    candidates = []
-    toward_zero = _toward_zero_output(a, b, out, model)
-    if toward_zero[0] <= value <= toward_zero[1]:
-        candidates.append((toward_zero[1] - toward_zero[0], "NVFP4-GEMM-6",
-                           "admissible if the output were rounded toward zero instead of to "
-                           "nearest (NVFP4-GEMM-6)"))
-    for other in _placements(model, out):
-        ok, width = admits(a, b, other)
-        if ok:
-            candidates.append((width, "NVFP4-GEMM-5", f"admissible with the global scales "
-                               f"placed '{other.global_scales}' ({other.describe()}), not as "
-                               "declared (NVFP4-GEMM-5)"))
-    for name, preset in PRESETS.items():
-        other = replace(preset, global_scales=model.global_scales,
-                        element_dtype=model.element_dtype,
-                        element_roundings=model.element_roundings)
-        if other == model:
-            continue
-        ok, width = admits(a, b, other)
-        if ok:
-            candidates.append((width, "NVFP4-GEMM-4", f"admissible under the {name} "
-                               f"accumulation model, not under the declared one: an accumulator "
-                               f"narrower or rounding otherwise than declared (NVFP4-GEMM-4)"))
-    if candidates:
-        _, clause, why = min(candidates, key=lambda c: c[0])
-        return clause, why
-    return "NVFP4-GEMM-1", ("no accumulation model, placement or layout slip admits it: not the "
-                            "product of these operands (NVFP4-GEMM-1)")
-
-
-def _placements(model: GemmModel, out_dtype: str) -> list[GemmModel]:
-    """The other global-scale placements of NVFP4-GEMM-5 with the declared accumulator: on the
-    accumulator, after the output rounding, folded into elements of the output dtype (or fp32)
-    after up to three roundings (a dequantize-then-matmul)."""
-    base = replace(model, global_scales="accumulator", element_dtype=None, element_roundings=0)
-    others = [base, replace(base, global_scales="output")]
-    others += [replace(base, global_scales="elements", element_dtype=dtype, element_roundings=3)
-               for dtype in dict.fromkeys((out_dtype, "float32"))]
-    return [other for other in others if other != model]
-
-
-def _toward_zero_output(a, b, out_dtype: str, model: GemmModel) -> tuple[float, float]:
-    """The output interval if the last rounding (to the output dtype) went toward zero."""
-    allowed = admissible(a, b, "float32", model, exact_sum(a, b))
-    fmt = float_format(out_dtype)
-    return (fmt.round_float(float(allowed.low[0, 0]), "toward-zero"),
-            fmt.round_float(float(allowed.high[0, 0]), "toward-zero"))
+    value, want = float(observed[i, j]), float(expected[i, j])
+    how = ("every partial sum is exact: one admissible accumulator (NVFP4-GEMM-7)"
+           if allowed.exact[i, j] else
+           f"S = {float(case.exact.value(i, j))!r}, |Ŝ - S| <= {float(allowed.bound[i, j])!r} "
+           f"(d = {allowed.roundings}, NVFP4-GEMM-4)")
+    text = (f"{out} expected {out_hex(want, out)} observed {out_hex(value, out)}; admissible "
+            f"{out_hex(allowed.low[i, j], out)} .. {out_hex(allowed.high[i, j], out)} under "
+            f"{allowed.model.describe()}; {how}; {why}")
+    dtype = float_format(out).dtype
+    return Finding(clause, text, output=(i, j), kind="gemm", expected=value_hex(want, dtype),
+                   observed="NaN" if math.isnan(value) else value_hex(value, dtype))
