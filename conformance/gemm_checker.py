@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from hscale.conformance.certificate import RAISED_ON_VALID_INPUT
+from hscale.reference.float_formats import DTYPES
 from hscale.judge.cases import GemmCase
 from hscale.judge.gemm import GemmDomain, gemm_arguments, judge_gemm, observe_gemm, q8_0_exact
 from hscale.reference.gemm import Nvfp4Tensor
@@ -102,6 +103,24 @@ class GemmChecker:
             return "q8_0"
         return np.asarray(case.a).dtype.name
 
+    def activations_in_domain(self, case: GemmCase) -> GemmCase:
+        """A weight-only case whose activations the backend does not take in their dtype, with
+        them converted to one it takes where every value is exact there (the same numbers:
+        the product is unchanged); else unchanged (and skipped by ``require``)."""
+        if not case.weight_only or self.first_operand(case) in self.domain.activations:
+            return case
+        values = np.asarray(case.a).astype(np.float64)
+        targets = [("q8_0", np.float32)] if "q8_0" in self.domain.activations else []
+        targets += [(name, DTYPES[name]) for name in self.domain.activations if name in DTYPES]
+        for name, dtype in targets:
+            with np.errstate(over="ignore"):
+                converted = values.astype(dtype)
+            if np.array_equal(converted.astype(np.float64), values) and (
+                    name != "q8_0" or q8_0_exact(converted)):
+                self.tally.adaptations[f"activations converted exactly to {name}"] += 1
+                return case.with_(a=converted)
+        return case
+
     # -- running ------------------------------------------------------------------------------
     def in_domain(self, case: GemmCase) -> GemmCase:
         """The case padded to the declared shape multiples (zero rows of A and B, zero
@@ -125,6 +144,7 @@ class GemmChecker:
 
     def run(self, case: GemmCase) -> tuple[GemmCase, np.ndarray]:
         """``(the case as run, the result as float64)``, structure checked."""
+        case = self.activations_in_domain(case)
         self.require(self.first_operand(case), case.out_dtype)
         run_case = self.in_domain(case)
         a, b = gemm_arguments(run_case, self.domain)
