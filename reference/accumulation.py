@@ -322,8 +322,7 @@ def admissible(a, b, out_dtype, model, product: ExactSum | None = None) -> Admis
     g_b = float(np.float32(b.global_scale))
     multiplier, shift = global_factor(a, b, model)
     exponent = product.exponent + shift
-    scaled_valuation = shift + _valuation_of(np.array([multiplier]))[0]
-    p = fmt.p
+    scaled_valuation = shift + int(_valuation_of(np.array([multiplier]))[0])
     rows, cols = product.shape
     shape = (rows, cols)
     low, high = np.empty(shape), np.empty(shape)
@@ -333,35 +332,62 @@ def admissible(a, b, out_dtype, model, product: ExactSum | None = None) -> Admis
     reason = np.full(shape, "", dtype=object)
     for i in range(rows):
         for j in range(cols):
-            numerator = int(product.numerators[i, j]) * multiplier
-            magnitude = int(product.magnitudes[i, j]) * multiplier
-            valuation = int(product.valuations[i, j])
-            # NVFP4-GEMM-7: every partial sum is a multiple of the terms' quantum q and at most
-            # sum |t| <= 2^p q, so it is exact (and so is every product, when products_exact)
-            quantum = valuation + scaled_valuation - exponent
-            summable = magnitude == 0 or (
-                plan.products_exact and valuation < NO_TERMS
-                and magnitude <= 1 << (p + quantum) and fmt.represents(magnitude, exponent))
-            error = 0 if summable else -(-magnitude * factor.numerator // factor.denominator)
-            exact[i, j] = summable
-            bound[i, j] = math.ldexp(float(error), exponent) if error else 0.0
-            if plan.underflow[i, j] and not summable:
+            one = accumulator_interval(
+                int(product.numerators[i, j]) * multiplier,
+                int(product.magnitudes[i, j]) * multiplier, exponent,
+                int(product.valuations[i, j]) + scaled_valuation, fmt, factor,
+                plan.products_exact)
+            exact[i, j], bound[i, j] = one.exact, one.bound
+            acc_low[i, j], acc_high[i, j] = one.low, one.high
+            if plan.underflow[i, j] and not one.exact:
                 judged[i, j] = False
                 reason[i, j] = (f"an inexact product may be subnormal in {fmt.short}: the "
                                 "bound of NVFP4-GEMM-4 holds without underflow")
-            if fmt.round(magnitude + error, exponent, "up") > fmt.largest:
+            if one.overflow:
                 judged[i, j] = False
                 reason[i, j] = (f"the {fmt.short} accumulator may overflow: "
                                 "(1 + u)^d * sum |t| exceeds its largest finite value")
-            lo = fmt.round(numerator - error, exponent, "up")
-            hi = fmt.round(numerator + error, exponent, "down")
-            if math.isinf(lo) or math.isinf(hi) or lo > hi:
-                lo, hi = fmt.round(numerator - error, exponent, "down"), \
-                    fmt.round(numerator + error, exponent, "up")
-            acc_low[i, j], acc_high[i, j] = lo, hi
-            low[i, j], high[i, j] = _apply_global_scales(lo, hi, g_a, g_b, model, out)
+            low[i, j], high[i, j] = _apply_global_scales(one.low, one.high, g_a, g_b, model, out)
     return Admissible(low, high, exact, judged, reason, acc_low, acc_high, bound, model,
                       out.name, plan.roundings)
+
+
+@dataclass(frozen=True)
+class AccumulatorInterval:
+    """What a model admits for one accumulated sum: ``low`` / ``high`` (values of the
+    accumulator's format), ``exact`` (every partial sum exact: the sum itself), ``bound`` (the
+    error bound, float64), ``overflow`` (an intermediate may overflow: outside the model)."""
+
+    low: float
+    high: float
+    exact: bool
+    bound: float
+    overflow: bool
+
+
+def accumulator_interval(numerator: int, magnitude: int, exponent: int, valuation: int,
+                         fmt: FloatFormat, factor: Fraction, products_exact: bool
+                         ) -> AccumulatorInterval:
+    """The interval of the accumulated value of a sum ``numerator * 2^exponent`` whose terms'
+    magnitudes add up to ``magnitude * 2^exponent`` and are all multiples of ``2^valuation``
+    (NO_TERMS: every term zero), in ``fmt`` with the bound factor ``(1 + u)^d - 1``
+    (NVFP4-GEMM-4, -7)."""
+    # NVFP4-GEMM-7: every partial sum is a multiple of the terms' quantum q and at most
+    # sum |t| <= 2^p q, so it is exact (and so is every product, when products_exact)
+    summable = magnitude == 0 or (
+        products_exact and valuation < NO_TERMS
+        and magnitude <= 1 << (fmt.p + valuation - exponent)
+        and fmt.represents(magnitude, exponent))
+    error = 0 if summable else -(-magnitude * factor.numerator // factor.denominator)
+    overflow = fmt.round(magnitude + error, exponent, "up") > fmt.largest
+    # NVFP4-GEMM-7: the accumulated value is a value of F within the bound
+    low = fmt.round(numerator - error, exponent, "up")
+    high = fmt.round(numerator + error, exponent, "down")
+    if math.isinf(low) or math.isinf(high) or low > high:
+        low, high = (fmt.round(numerator - error, exponent, "down"),
+                     fmt.round(numerator + error, exponent, "up"))
+    return AccumulatorInterval(low, high, summable,
+                               math.ldexp(float(error), exponent) if error else 0.0, overflow)
 
 
 def _placements(g_a: float, g_b: float, model: GemmModel, out: FloatFormat) -> list:

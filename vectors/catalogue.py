@@ -831,6 +831,15 @@ SECTIONS = (_e2m1, _e4m3, _global_scale, _zero_groups, _groups, _ties, _objectiv
             _gptq, _errors)
 
 
+def set_kinds():
+    """The vector sets of the other kinds of implementation, each a module with its own files
+    (``level_files``, ``level_cases``, ``owns``, ``verify_document``, ``case_from_json``,
+    ``expected_lines``, ``check_lines``, ``explain_element``): the block-scaled GEMM
+    (vectors/gemm_files.py)."""
+    from . import gemm_files
+    return (gemm_files,)
+
+
 #: Clauses of docs/spec.md with no level-0 case, and why (docs/vectors.md's clause table).
 NO_VECTOR_CASE = {
     clause: ("a checkpoint's file layout (tensor names and dtypes, config keys), not a "

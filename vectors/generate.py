@@ -9,7 +9,7 @@ from hscale import SPEC_VERSION
 from hscale import files as output_files
 
 from . import formats
-from .catalogue import DEFAULT_SEED, clause_index, level0_cases
+from .catalogue import DEFAULT_SEED, clause_index, level0_cases, set_kinds
 from hscale.judge.cases import Case
 
 from .formats import Record
@@ -48,7 +48,14 @@ def render_level(records: list[Record], level: int, seed: int,
         header = formats.set_header(name, level, seed, set_records[0][0], spec_version)
         files.update(formats.render_set(header, set_records))
     cases = [case for case, _ in records]
-    files.update(formats.manifest_files(files, level, seed, clause_index(cases), len(cases),
+    index, count = clause_index(cases), len(cases)
+    for kind in set_kinds():  # the sets of the other kinds (GEMM)
+        more, more_index, more_count = kind.level_files(level, seed, spec_version)
+        files.update(more)
+        count += more_count
+        for clause, ids in more_index.items():
+            index[clause] = sorted(index.get(clause, []) + ids)
+    files.update(formats.manifest_files(files, level, seed, dict(sorted(index.items())), count,
                                         spec_version))
     return files
 

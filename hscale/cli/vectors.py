@@ -53,8 +53,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     p.add_argument("--observed", required=True, type=Path,
                    help="result file: lines 'KEY row group scale_byte packed_hex "
                         "[swizzled_offset_hex]', optionally 'KEY gs s_g_hex' (the multiplier) "
-                        "or 'KEY gsr r_hex' (the stored reciprocal, NVFP4-GS-4); KEY is a case "
-                        "id or SET:CASE_INDEX (see docs/vectors.md)")
+                        "or 'KEY gsr r_hex' (the stored reciprocal, NVFP4-GS-4); for a GEMM case "
+                        "'KEY i j OUT_hex'; KEY is a case id or SET:CASE_INDEX (see "
+                        "docs/vectors.md)")
     p.add_argument("--errors", type=int, default=20, help="stop after N errors (default 20)")
     p.add_argument("--require-all", action="store_true",
                    help="also fail when groups of the vectors are missing from the file")
@@ -65,6 +66,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     p.add_argument("--allow", action="append", default=[], metavar="NAME",
                    help="an allowance of the faithful or format profile (repeatable), e.g. "
                         "reciprocal-multiply; the names of docs/spec.md section 7")
+    p.add_argument("--gemm-model", default="fp32", metavar="MODEL",
+                   help="the accumulation model GEMM output lines ('KEY i j OUT') are judged "
+                        "under: fp32 (default), fp32-faithful, fp16, fp16-faithful, bf16, "
+                        "bf16-faithful (docs/spec.md section 10)")
 
     p = commands.add_parser("expect", help="write the observed file a conforming "
                                            "implementation would produce for DIR")
@@ -85,7 +90,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         "NVFP4-GS-4) instead of the multiplier ('gs')")
 
     p = commands.add_parser("explain", help="one group worked end to end: inputs, s_g, every "
-                                            "candidate's objective, the chosen byte")
+                                            "candidate's objective, the chosen byte; for a "
+                                            "GEMM case, output element (ROW, GROUP) = (i, j)")
     p.add_argument("dir", type=Path, nargs="?", default=DEFAULT_LEVEL0_DIR,
                    help="vector directory (default: the committed level-0 set)")
     p.add_argument("case")
@@ -189,22 +195,32 @@ def _run(args) -> int:
             raise UsageError(f"--profile {args.profile}"
                              + "".join(f" --allow {a}" for a in args.allow)
                              + f": {error}") from None
+        from hscale.reference.accumulation import PRESETS
+        if args.gemm_model not in PRESETS:
+            raise UsageError(f"--gemm-model {args.gemm_model}: one of {', '.join(PRESETS)}")
         return check(args.dir, args.observed, max_errors=args.errors,
-                     require_all=args.require_all, profile=profile, allowances=allowances)
+                     require_all=args.require_all, profile=profile, allowances=allowances,
+                     gemm_model=args.gemm_model)
     if command == "expect":
         from hscale.vectors.check import observed_lines
         check_output_file("--out", args.out)  # before the work
         lines = observed_lines(args.dir, not args.no_gs, index_keys=args.index_keys,
-                               swizzled=args.swizzled, reciprocal=args.reciprocal)
+                               swizzled=args.swizzled, reciprocal=args.reciprocal,
+                               other_kinds=True)
         write_text(args.out, "\n".join(lines) + "\n")
         return 0
     if command == "explain":
-        from hscale.vectors.check import load_vectors
+        from hscale.vectors.check import open_vectors
         from hscale.vectors.explain import explain_group
-        vectors = load_vectors(args.dir)
-        if args.case not in vectors:
-            raise UsageError(_unknown_case(args.case, vectors, args.dir))
-        print(explain_group(*vectors[args.case], args.row, args.group))
+        source = open_vectors(args.dir)
+        if args.case in source.others:  # a GEMM case: ROW and GROUP are the output's i and j
+            file_name, case, kind = source.others[args.case]
+            print(kind.explain_element(file_name, case, args.row, args.group))
+            return 0
+        if args.case not in source.cases:
+            raise UsageError(_unknown_case(args.case, {**source.cases, **source.others},
+                                           args.dir))
+        print(explain_group(*source.cases[args.case], args.row, args.group))
         return 0
     if command == "clauses":
         from hscale.vectors.docs import clause_table

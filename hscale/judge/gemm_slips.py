@@ -124,8 +124,8 @@ def numeric_slips(model: GemmModel, out_dtype: str) -> list[Slip]:
         other = replace(PRESETS[name], global_scales=model.global_scales,
                         element_dtype=model.element_dtype,
                         element_roundings=model.element_roundings)
-        return Slip("NVFP4-GEMM-4", f"the {name} accumulation model ({other.describe()}), not "
-                    "the declared one", model=other)
+        return Slip("NVFP4-GEMM-4", f"the {name} accumulation model, not the declared one "
+                    f"({other.describe()})", model=other)
 
     narrow = [placement(base), placement(replace(base, global_scales="output")),
               Slip("NVFP4-GEMM-6", "the output rounded toward zero instead of to nearest",
@@ -183,8 +183,7 @@ def attribute(case, observed: np.ndarray, model: GemmModel, bad: np.ndarray,
                   if all(mask[position[h]] for h in left)), None)
     if whole is not None:
         slip = slips[whole]
-        return {hit: (slip.clause, f"the value is what {slip.text} gives ({slip.clause})")
-                for hit in hits}
+        return {hit: (slip.clause, f"explained by {slip.text} ({slip.clause})") for hit in hits}
     while left:
         counts = [sum(bool(mask[position[h]]) for h in left) for mask in explains]
         best = max(range(len(slips)), key=lambda k: (counts[k], -k))
@@ -192,7 +191,7 @@ def attribute(case, observed: np.ndarray, model: GemmModel, bad: np.ndarray,
             break
         slip = slips[best]
         for hit in [h for h in left if explains[best][position[h]]]:
-            found[hit] = (slip.clause, f"the value is what {slip.text} gives ({slip.clause})")
+            found[hit] = (slip.clause, f"explained by {slip.text} ({slip.clause})")
             left.discard(hit)
     for hit in left:
         found[hit] = ("NVFP4-GEMM-1", "no accumulation model, global-scale placement, output "
