@@ -327,3 +327,27 @@ def test_random_gemms(gemm_checker):
         gemm_checker.check(case)
 
     run()
+
+
+# ------------------------------------------------------------------------------------------
+# The GEMM golden vectors (vectors/level0/gemm_*), as hardware teams get them
+# ------------------------------------------------------------------------------------------
+
+def _gemm_vectors():
+    from hscale.vectors import LEVEL0_DIR
+    from hscale.vectors.check import open_vectors
+    return {case_id: case for case_id, (_, case, _) in open_vectors(LEVEL0_DIR).others.items()}
+
+
+GEMM_VECTORS = _gemm_vectors()
+
+
+@pytest.mark.parametrize("case_id", [pytest.param(i, marks=pytest.mark.clause(*c.clauses), id=i)
+                                     for i, c in GEMM_VECTORS.items()])
+def test_gemm_vectors(gemm_checker, case_id):
+    """Every level-0 GEMM vector case: judged against the interval of the declared model (the
+    case's own output dtype where the backend produces it, else one it does)."""
+    case = GEMM_VECTORS[case_id]
+    if case.out_dtype not in gemm_checker.out_dtypes:
+        case = case.with_(out_dtype=gemm_checker.out_dtype())
+    gemm_checker.check(case)

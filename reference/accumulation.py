@@ -265,8 +265,10 @@ def accumulation(a, b, model: GemmModel) -> Accumulation:
         products_exact, multiplications = False, 1
     roundings = (int(np.shape(a)[1] if not is_nvfp4(a) else a.codes.shape[1]) - 1
                  + multiplications + conversions + pa.folded_roundings + pb.folded_roundings)
-    underflow = np.full(largest.shape, not products_exact) & (low > 0) & (
-        low < fmt.smallest_normal)
+    # a product below the smallest normal is inexact only if it need not be a multiple of the
+    # subnormal spacing (never for NVFP4 x NVFP4: every term is a multiple of 2^-20)
+    subnormal_loss = not products_exact and lowest_bit < fmt.emin - fmt.p + 1
+    underflow = np.full(largest.shape, subnormal_loss) & (low > 0) & (low < fmt.smallest_normal)
     if model.global_scales == "elements":
         for profile, axis in ((pa, 1), (pb, 0)):
             if profile.folded_roundings:
