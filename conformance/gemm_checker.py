@@ -24,10 +24,8 @@ import numpy as np
 import pytest
 
 from hscale.conformance.certificate import RAISED_ON_VALID_INPUT
-from hscale.reference.float_formats import DTYPES
 from hscale.judge.cases import GemmCase
-from hscale.judge.gemm import GemmDomain, gemm_arguments, judge_gemm, observe_gemm, q8_0_exact
-from hscale.reference.gemm import Nvfp4Tensor
+from hscale.judge.gemm import GemmDomain, gemm_arguments, judge_gemm, observe_gemm
 
 
 @dataclass
@@ -94,58 +92,18 @@ class GemmChecker:
         """``preferred`` if the backend outputs it, else the first output dtype it declares."""
         return preferred if preferred in self.domain.out_dtypes else self.domain.out_dtypes[0]
 
-    def first_operand(self, case: GemmCase) -> str:
-        """What the case's first operand is, in the declared vocabulary."""
-        if not case.weight_only:
-            return "nvfp4"
-        if "q8_0" in self.domain.activations and q8_0_exact(case.a) \
-                and case.a.dtype == np.float32:
-            return "q8_0"
-        return np.asarray(case.a).dtype.name
-
-    def activations_in_domain(self, case: GemmCase) -> GemmCase:
-        """A weight-only case whose activations the backend does not take in their dtype, with
-        them converted to one it takes where every value is exact there (the same numbers:
-        the product is unchanged); else unchanged (and skipped by ``require``)."""
-        if not case.weight_only or self.first_operand(case) in self.domain.activations:
-            return case
-        values = np.asarray(case.a).astype(np.float64)
-        targets = [("q8_0", np.float32)] if "q8_0" in self.domain.activations else []
-        targets += [(name, DTYPES[name]) for name in self.domain.activations if name in DTYPES]
-        for name, dtype in targets:
-            with np.errstate(over="ignore"):
-                converted = values.astype(dtype)
-            if np.array_equal(converted.astype(np.float64), values) and (
-                    name != "q8_0" or q8_0_exact(converted)):
-                self.tally.adaptations[f"activations converted exactly to {name}"] += 1
-                return case.with_(a=converted)
-        return case
-
-    # -- running ------------------------------------------------------------------------------
     def in_domain(self, case: GemmCase) -> GemmCase:
-        """The case padded to the declared shape multiples (zero rows of A and B, zero
-        blocks), which leaves every element of the original product unchanged."""
-        pad_m, pad_n, pad_k = self.domain.padding(case.shape)
-        if not (pad_m or pad_n or pad_k):
-            return case
-        self.tally.adaptations[f"padded to multiples of "
-                               f"{' x '.join(map(str, self.domain.shape_multiple))}"] += 1
-
-        def pad_operand(operand, rows):
-            codes = np.pad(np.asarray(operand.codes, np.uint8), ((0, rows), (0, pad_k)))
-            scale_bytes = np.pad(np.asarray(operand.scale_bytes, np.uint8),
-                                 ((0, rows), (0, pad_k // 16)))
-            return Nvfp4Tensor(codes, scale_bytes, np.float32(operand.global_scale))
-
-        a = (np.pad(case.a, ((0, pad_m), (0, pad_k))) if case.weight_only
-             else pad_operand(case.a, pad_m))
-        return case.with_(a=a, b=pad_operand(case.b, pad_n),
-                          title=f"{case.title or case.id} (padded into the declared shapes)")
+        """The case as the backend can take it (``GemmDomain.in_domain``); a test about a
+        first operand or an output dtype it does not declare skips, saying why."""
+        adapted, done = self.domain.in_domain(case)
+        if adapted is None:
+            pytest.skip(f"backend {self.label!r} {done[0]}")
+        for how in done:
+            self.tally.adaptations[how] += 1
+        return adapted
 
     def run(self, case: GemmCase) -> tuple[GemmCase, np.ndarray]:
         """``(the case as run, the result as float64)``, structure checked."""
-        case = self.activations_in_domain(case)
-        self.require(self.first_operand(case), case.out_dtype)
         run_case = self.in_domain(case)
         a, b = gemm_arguments(run_case, self.domain)
         try:

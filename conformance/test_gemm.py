@@ -351,3 +351,31 @@ def test_gemm_vectors(gemm_checker, case_id):
     if case.out_dtype not in gemm_checker.out_dtypes:
         case = case.with_(out_dtype=gemm_checker.out_dtype())
     gemm_checker.check(case)
+
+
+@st.composite
+def weight_only_cases(draw, out_dtypes):
+    """A random weight-only GEMM whose activations bfloat16, float16 and ggml's Q8_0 all hold
+    exactly (int8 values times a power of two per block of 32), so every weight-only kernel
+    can take them; K a multiple of 64."""
+    seed = draw(st.integers(0, 2 ** 32 - 1))
+    rng = np.random.default_rng(seed)
+    m, n, k = draw(st.integers(1, 4)), draw(st.integers(1, 4)), 64 * draw(st.integers(1, 4))
+    low = draw(st.integers(0x01, 0x7E))
+    high = min(0x7E, low + draw(st.sampled_from([0, 8, 126])))
+    x = q8_0_activations(rng, m, k, -12, 0, power_of_two=True)
+    b = random_nvfp4(rng, n, k, low, high, np.float32(2.0 ** int(rng.integers(-12, 2))))
+    return GemmCase(x, b, draw(st.sampled_from(out_dtypes)), title=f"weight-only seed {seed}")
+
+
+@pytest.mark.clause("NVFP4-GEMM-8", "NVFP4-GEMM-7")
+def test_random_weight_only_gemms(gemm_checker):
+    """Random weight-only GEMMs judged against the declared model's interval."""
+    if not set(gemm_checker.domain.activations) - {"nvfp4"}:
+        gemm_checker.require(activations="float32")  # skips: no weight-only first operand
+
+    @given(weight_only_cases(gemm_checker.out_dtypes))
+    def run(case):
+        gemm_checker.check(case)
+
+    run()

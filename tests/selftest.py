@@ -235,7 +235,7 @@ def all_runs(tmp: Path) -> dict[str, Run]:
         runs.append(Run(f"faithful-{allowance}", [M + mutant, M + other],
                         ["--profile", "faithful", "--allow", allowance]))
     runs += vendor_runs()
-    runs += gemm_runs()
+    runs += gemm_runs(tmp)
     return {run.name: run for run in run_all(runs, tmp / "reports")}
 
 
@@ -285,10 +285,31 @@ GEMM_SLIPS = {"fp16_accumulation": ("gemm-slip-fp16-accumulation", "NVFP4-GEMM-4
 GEMM_ONLY = ["-k", "test_gemm"]
 
 
-def gemm_runs() -> list[Run]:
+GEMM_MARK = "<!-- gemm-adapter-example -->"
+
+
+def gemm_adapter_source() -> str:
+    """The GEMM adapter example of docs/backends.md (the python block after its marker)."""
+    import re
+    text = (REPO_ROOT / "docs" / "backends.md").read_text(encoding="utf-8")
+    assert GEMM_MARK in text, f"docs/backends.md lost its {GEMM_MARK} marker"
+    block = re.search(r"```python\n(.*?)```", text[text.index(GEMM_MARK):], re.S)
+    assert block, "no python block after the GEMM adapter marker in docs/backends.md"
+    return block.group(1)
+
+
+def gemm_runs(tmp: Path | None = None) -> list[Run]:
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent),
                                                        os.environ.get("PYTHONPATH")]))}
-    return [Run("gemm-kernels", [G + name for name in GEMM_KERNELS],
+    runs = [Run("gemm-kernels", [G + name for name in GEMM_KERNELS],
                 ["--quick", "--", "--hypothesis-profile", "mutant", *GEMM_ONLY], env=env,
                 quick=False, conform=True),
             Run("gemm-slips", [G + name for name in GEMM_SLIPS], GEMM_ONLY, env=env)]
+    if tmp is not None:  # the example of docs/backends.md, as a vendor copies it
+        pkg = tmp / "gemm_third_party"
+        pkg.mkdir(parents=True, exist_ok=True)
+        (pkg / "mygemm.py").write_text(gemm_adapter_source(), encoding="utf-8")
+        runs.append(Run("gemm-adapter", ["mygemm:create"],
+                        ["--quick", "--", "--hypothesis-profile", "mutant", *GEMM_ONLY],
+                        env={"PYTHONPATH": str(pkg)}, quick=False, conform=True))
+    return runs

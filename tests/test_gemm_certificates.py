@@ -62,3 +62,17 @@ def test_each_slip_fails_naming_its_clause(selftest_runs, slip):
     first = cert["clauses"][clause]["first_failure"]
     assert "output element (i=" in first and "expected 0x" in first and "admissible 0x" in \
         first and f"[{clause}]" in first, first
+
+
+@pytest.mark.selftest
+@pytest.mark.clause("SUITE-GEMM-1")
+def test_the_gemm_adapter_example_of_the_docs_conforms(selftest_runs):
+    """The adapter block of docs/backends.md, copied outside the repository, certified by
+    `hscale conform`: conforms, the gemm kind with its fp32 model named in the certificate."""
+    run, cert = _certificate(selftest_runs, "gemm-adapter", "mygemm")
+    assert run.returncode == 0 and cert["verdict"] == "conforms", (
+        f"{summary(cert)}\n{run.output[-4000:]}")
+    gemm = cert["kinds"]["gemm"]
+    assert gemm["declarations"]["gemm_model"]["accumulator"] == "float32"
+    assert gemm["declarations"]["gemm_out_dtypes"] == ["float32", "bfloat16"]
+    assert gemm["outputs"]["of_them_with_one_admissible_value"] > 100, gemm["outputs"]

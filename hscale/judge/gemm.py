@@ -26,6 +26,8 @@ import numpy as np
 from hscale.reference import pack_codes
 from hscale.reference.accumulation import PRESETS, GemmModel, reference_output
 from hscale.reference.constants import GROUP_SIZE
+from hscale.reference.float_formats import DTYPES
+from hscale.reference.gemm import Nvfp4Tensor
 from hscale.reference.float_formats import FORMATS, float_format
 
 from .cases import GemmCase
@@ -153,6 +155,63 @@ class GemmDomain:
 
     def padding(self, shape) -> tuple[int, int, int]:
         return tuple((-size) % want for size, want in zip(shape, self.shape_multiple))
+
+    # -- a case as the kernel can take it ---------------------------------------------------
+    def first_operand(self, case: GemmCase) -> str:
+        """What the case's first operand is, in the declared vocabulary (nvfp4, q8_0 for
+        float32 activations a Q8_0 block holds exactly where the kernel takes Q8_0, else the
+        activations' dtype)."""
+        if not case.weight_only:
+            return "nvfp4"
+        if "q8_0" in self.activations and case.a.dtype == np.float32 and q8_0_exact(case.a):
+            return "q8_0"
+        return np.asarray(case.a).dtype.name
+
+    def in_domain(self, case: GemmCase) -> tuple[GemmCase | None, list[str]]:
+        """``(the case as the kernel can take it, what was done)``, or ``(None, [why not])``:
+        weight-only activations converted to a declared dtype where every value is exact
+        there (the same numbers); shapes padded to the declared multiples with zero rows and
+        zero blocks, which leave every element of the product unchanged (the result is
+        cropped back); an output dtype or first operand not declared is ``None``."""
+        done = []
+        if case.weight_only and self.first_operand(case) not in self.activations:
+            case, how = self._converted_activations(case)
+            if case is None:
+                return None, [how]
+            done.append(how)
+        if self.first_operand(case) not in self.activations:
+            return None, [f"takes {'/'.join(self.activations)} as the GEMM's first operand, "
+                          f"not {self.first_operand(case)}"]
+        if case.out_dtype not in self.out_dtypes:
+            return None, [f"outputs {'/'.join(self.out_dtypes)}, not {case.out_dtype}"]
+        pad_m, pad_n, pad_k = self.padding(case.shape)
+        if pad_m or pad_n or pad_k:
+            def pad(operand, rows):
+                codes = np.pad(np.asarray(operand.codes, np.uint8), ((0, rows), (0, pad_k)))
+                scale_bytes = np.pad(np.asarray(operand.scale_bytes, np.uint8),
+                                     ((0, rows), (0, pad_k // GROUP_SIZE)))
+                return Nvfp4Tensor(codes, scale_bytes, np.float32(operand.global_scale))
+
+            a = (np.pad(case.a, ((0, pad_m), (0, pad_k))) if case.weight_only
+                 else pad(case.a, pad_m))
+            case = case.with_(a=a, b=pad(case.b, pad_n),
+                              title=f"{case.title or case.id} (padded into the declared shapes)")
+            done.append("padded to multiples of "
+                        f"{' x '.join(map(str, self.shape_multiple))}")
+        return case, done
+
+    def _converted_activations(self, case: GemmCase):
+        values = np.asarray(case.a).astype(np.float64)
+        targets = [("q8_0", np.float32)] if "q8_0" in self.activations else []
+        targets += [(name, DTYPES[name]) for name in self.activations if name in DTYPES]
+        for name, dtype in targets:
+            with np.errstate(over="ignore"):
+                converted = values.astype(dtype)
+            if np.array_equal(converted.astype(np.float64), values) and (
+                    name != "q8_0" or q8_0_exact(converted)):
+                return case.with_(a=converted), f"activations converted exactly to {name}"
+        return None, (f"takes {'/'.join(self.activations)} as the GEMM's first operand; these "
+                      f"{np.asarray(case.a).dtype.name} activations are not exact in any")
 
 
 # ------------------------------------------------------------------------------------------

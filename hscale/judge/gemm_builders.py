@@ -71,16 +71,17 @@ def random_nvfp4(rng: np.random.Generator, rows: int, cols: int, byte_low: int =
 
 
 def q8_0_activations(rng: np.random.Generator, rows: int, cols: int, low_exp: int = -10,
-                     high_exp: int = 2) -> np.ndarray:
+                     high_exp: int = 2, power_of_two: bool = False) -> np.ndarray:
     """float32 activations that ggml's Q8_0 quantizer keeps exactly: each block of 32 is an
-    fp16 scale D (a power of two times a few-bit significand) times int8 values in
-    [-127, 127], one of them +-127 (so ggml's ``amax / 127`` is D itself)."""
+    fp16 scale D (a power of two times a few-bit significand; a power of two alone with
+    ``power_of_two``, so that bfloat16 and float16 hold the values exactly too) times int8
+    values in [-127, 127], one of them +-127 (so ggml's ``amax / 127`` is D itself)."""
     blocks = rows * cols // Q8_0_BLOCK
     q = rng.integers(-127, 128, size=(blocks, Q8_0_BLOCK))
     q[np.arange(blocks), rng.integers(0, Q8_0_BLOCK, size=blocks)] = \
         rng.choice((-127, 127), size=blocks)
-    scale = (rng.integers(8, 16, size=blocks) / 8.0) * np.exp2(
-        rng.integers(low_exp, high_exp + 1, size=blocks))
+    mantissa = 1.0 if power_of_two else rng.integers(8, 16, size=blocks) / 8.0
+    scale = mantissa * np.exp2(rng.integers(low_exp, high_exp + 1, size=blocks))
     scale = scale.astype(np.float16).astype(np.float64)
     return (q * scale[:, None]).reshape(rows, cols).astype(np.float32)
 

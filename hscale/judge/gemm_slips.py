@@ -179,11 +179,13 @@ def attribute(case, observed: np.ndarray, model: GemmModel, bad: np.ndarray,
     explains = [_explained(case, slip, model, observed, rows, cols) for slip in slips]
     left, found = set(hits), {}
     # one slip that explains every wrong element: the first such, in the order above
-    whole = next((k for k, mask in enumerate(explains)
-                  if all(mask[position[h]] for h in left)), None)
-    if whole is not None:
-        slip = slips[whole]
-        return {hit: (slip.clause, f"explained by {slip.text} ({slip.clause})") for hit in hits}
+    wholes = [k for k, mask in enumerate(explains) if all(mask[position[h]] for h in left)]
+    if wholes:
+        slip = slips[wholes[0]]
+        also = "; ".join(f"{slips[k].text} ({slips[k].clause})" for k in wholes[1:4])
+        why = f"explained by {slip.text} ({slip.clause})" + (
+            f"; also admissible under: {also}" if also else "")
+        return {hit: (slip.clause, why) for hit in hits}
     while left:
         counts = [sum(bool(mask[position[h]]) for h in left) for mask in explains]
         best = max(range(len(slips)), key=lambda k: (counts[k], -k))
