@@ -104,12 +104,14 @@ class GemmModel:
         return self.format is not FLOAT32
 
     def unit_roundoff(self) -> Fraction:
-        """u of NVFP4-GEMM-4: the accumulator's (2^-p, or 2^(1-p) when faithful), or the element
-        dtype's 2^-p where that is larger."""
-        u = self.format.unit_roundoff(self.rounding)
-        if self.element_format is not None:
-            u = max(u, self.element_format.unit_roundoff("nearest"))
-        return u
+        """u of NVFP4-GEMM-4: the accumulator's 2^-p (2^(1-p) when faithful)."""
+        return self.format.unit_roundoff(self.rounding)
+
+    def element_unit_roundoff(self) -> Fraction:
+        """u_E of NVFP4-GEMM-5: the element dtype's 2^-p (0 without the elements placement)."""
+        if self.element_format is None:
+            return Fraction(0)
+        return self.element_format.unit_roundoff("nearest")
 
     def describe(self) -> str:
         fmt = self.format
@@ -225,13 +227,16 @@ def _valuation_of(values: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class Accumulation:
     """How a model accumulates one GEMM: ``roundings`` (d of NVFP4-GEMM-4, the most roundings
-    on the path from a term to the sum), ``products_exact`` (every multiplication the model
-    admits is exact in the accumulator), and per output element whether an inexact intermediate
-    may be subnormal (``underflow``: outside the bound, not judged)."""
+    in the accumulator's format on the path from a term to the sum), ``element_roundings`` (r
+    of NVFP4-GEMM-5, those of the folded elements of both operands), ``products_exact`` (every
+    multiplication the model admits is exact in the accumulator), and per output element
+    whether an inexact intermediate may be subnormal (``underflow``: outside the bound, not
+    judged)."""
 
     roundings: int
     products_exact: bool
     underflow: np.ndarray  # (M, N) bool
+    element_roundings: int = 0
 
 
 def accumulation(a, b, model: GemmModel) -> Accumulation:
@@ -264,7 +269,7 @@ def accumulation(a, b, model: GemmModel) -> Accumulation:
     if conversions:
         products_exact, multiplications = False, 1
     roundings = (int(np.shape(a)[1] if not is_nvfp4(a) else a.codes.shape[1]) - 1
-                 + multiplications + conversions + pa.folded_roundings + pb.folded_roundings)
+                 + multiplications + conversions)
     # a product below the smallest normal is inexact only if it need not be a multiple of the
     # subnormal spacing (never for NVFP4 x NVFP4: every term is a multiple of 2^-20)
     subnormal_loss = not products_exact and lowest_bit < fmt.emin - fmt.p + 1
@@ -275,12 +280,15 @@ def accumulation(a, b, model: GemmModel) -> Accumulation:
                 tiny = (profile.smallest > 0) & (
                     profile.smallest < model.element_format.smallest_normal)
                 underflow |= np.expand_dims(tiny, axis)
-    return Accumulation(roundings, products_exact, underflow)
+    return Accumulation(roundings, products_exact, underflow,
+                        pa.folded_roundings + pb.folded_roundings)
 
 
-def bound_factor(model: GemmModel, roundings: int) -> Fraction:
-    """``(1 + u)^d - 1`` of NVFP4-GEMM-4, rounded up to a multiple of 2^-BOUND_BITS."""
-    exact = (1 + model.unit_roundoff()) ** roundings - 1
+def bound_factor(model: GemmModel, roundings: int, element_roundings: int = 0) -> Fraction:
+    """``(1 + u)^d (1 + u_E)^r - 1`` of NVFP4-GEMM-4 and -5, rounded up to a multiple of
+    2^-BOUND_BITS."""
+    exact = ((1 + model.unit_roundoff()) ** roundings
+             * (1 + model.element_unit_roundoff()) ** element_roundings - 1)
     return Fraction(math.ceil(exact * 2 ** BOUND_BITS), 2 ** BOUND_BITS)
 
 
@@ -319,7 +327,7 @@ def admissible(a, b, out_dtype, model, product: ExactSum | None = None) -> Admis
     product = product if product is not None else exact_sum(a, b)
     fmt = model.format
     plan = accumulation(a, b, model)
-    factor = bound_factor(model, plan.roundings)
+    factor = bound_factor(model, plan.roundings, plan.element_roundings)
     g_a = float(np.float32(a.global_scale)) if is_nvfp4(a) else 1.0
     g_b = float(np.float32(b.global_scale))
     multiplier, shift = global_factor(a, b, model)

@@ -173,9 +173,16 @@ def _valuations(units: np.ndarray) -> np.ndarray:
 
 def _activation_units(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(integer significands, exponents) with ``x = significand * 2^exponent`` exactly (each
-    activation dtype has at most 24 significant bits)."""
+    activation dtype has at most 24 significant bits; the trailing zeros every significand
+    shares are dropped, so a bfloat16 value keeps its 8 bits and the sums stay in int64)."""
     fraction, exponent = np.frexp(x.astype(np.float64))
-    return (np.ldexp(fraction, 24)).astype(np.int64), exponent.astype(np.int64) - 24
+    significands = np.ldexp(fraction, 24).astype(np.int64)
+    exponents = exponent.astype(np.int64) - 24
+    nonzero = significands != 0
+    if nonzero.any():
+        common = int(_valuations(significands[nonzero]).min())
+        significands, exponents = significands >> common, exponents + common
+    return significands, exponents
 
 
 def exact_sum(a, b) -> ExactSum:
@@ -195,7 +202,10 @@ def exact_sum(a, b) -> ExactSum:
         shifts = np.where(nonzero, exponents - base, 0)
         a_valuation = np.where(nonzero, _valuations(significands) + exponents, NO_TERMS)
         # (ELEMENT_UNIT_EXPONENT is the b side's: a term is x * (b s), b s in 2^-10 units)
-        wide = int(shifts.max(initial=0)) + 24 + 22 + int(a.shape[1]).bit_length() >= 62
+        # int64 holds every sum when sum_k |x_k| * max |b s| (in units) stays below 2^61 (a
+        # float64 estimate, far from the edge of int64's 2^63)
+        row_sums = (np.abs(significands).astype(np.float64) * np.exp2(shifts)).sum(axis=1)
+        wide = float(row_sums.max(initial=0)) * float(np.abs(b_units).max(initial=0)) >= 2.0 ** 61
         if wide:  # Python integers: the activations span too many binades for int64
             a_units = np.vectorize(lambda m, s: int(m) << int(s), otypes=[object])(
                 significands, shifts)

@@ -171,6 +171,8 @@ def render(results: dict, results_name: str = "interop-results.json") -> str:
             lines += ["```"]
         lines += still_rejected_block(e)
         lines.append("")
+    from .gemm import render_gemm
+    lines += render_gemm(results.get("gemm", {}))
     lines += ["## Not run", ""]
     for e in entries:
         if "exact" not in e:
