@@ -197,7 +197,43 @@ def render_gemm(results: dict) -> list[str]:
                       f"({ex['out_dtype']}): spec {ex['spec']}, observed {ex['observed']}",
                       f"  {ex['finding'][:600]}"]
         lines.append("```")
+    lines += render_gemm_gpu(results.get("gpu", {}))
     lines += ["", "Not run here (adapters written against the real APIs, "
               "`hscale.backends.interop.gpu_gemms`): " + "; ".join(
                   f"{name} (`{spec}`)" for name, spec in GPU_GEMMS) + f": {GPU_REASON}.", ""]
+    return lines
+
+
+def render_gemm_gpu(measured: dict) -> list[str]:
+    """cuBLAS's GEMMs of dequantized NVFP4 operands on a lent GPU (``results["gemm"]["gpu"]``,
+    from tools/gemm_gpu_checks.py): each row outside / differing / outputs."""
+    if not measured:
+        return []
+    first = next(iter(measured.values()))
+    lines = ["", f"cuBLAS on a lent {first['device']} (PyTorch {first['torch']}), the GEMM a "
+             "dequantize-then-matmul path ends in, on random NVFP4 elements (`python "
+             "tools/gemm_gpu_checks.py run DIR` there, `record DIR` here; "
+             "docs/gpu/h200-gemm/): outputs outside the fp32 model's interval "
+             "(NVFP4-GEMM-4; one output ulp added for a bfloat16 or float16 output), outputs "
+             "differing from the exact sum at all, outputs. None of these is an NVFP4 kernel "
+             "(the H200 is Hopper, compute capability 9.0, without FP4 tensor cores): they "
+             "say how far cuBLAS's own accumulation stays inside the bound a kernel declaring "
+             "the fp32 model is held to.", "",
+             "| GEMM (M x N x K) | outside the fp32 model | differ from the exact sum | "
+             "outputs |", "|---|---|---|---|"]
+    for _, rows in sorted(measured.items()):
+        for key, value in rows.items():
+            if key in ("device", "torch"):
+                continue
+            outside, differing, outputs = value
+            lines.append(f"| {key} | {outside:,} | {differing:,} | {outputs:,} |")
+    lines += ["", "An NVFP4 element has at most 5 significant bits (2 of E2M1 times 4 of E4M3), "
+              "so TF32's 11-bit significands hold NVFP4 x NVFP4 operands exactly and TF32 "
+              "changes nothing there (the exactly summable 64 x 64 x 64 GEMM is bit-exact with "
+              "TF32 on or off). fp32 activations are rounded to TF32 before they multiply: an "
+              "error of up to 2^-11 of each product, beyond the fp32 model's bound "
+              "((1 + 2^-24)^d - 1) sum|t| when K is short (64) and hidden under it when K is "
+              "long (the bound grows with d, the errors of random signs partly cancel). A kernel "
+              "declaring the fp32 model while multiplying in TF32 is caught by short "
+              "reductions, which the suite's generated GEMMs include."]
     return lines
