@@ -227,18 +227,20 @@ def render_summary(certificate: dict) -> list[str]:
     partial = certificate["verdicts"].get("clauses_not_judged", [])
     lines = [f"certificate for {backend['id']} ({backend['version']}): "
              f"{certificate['verdict'].upper()}"
-             + (f" (a partial run: {len(partial)} clauses not judged)" if partial else ""),
-             f"  profile {certificate['profile']}"
-             + (f", allowances {', '.join(certificate['allowances'])}"
-                if certificate["allowances"] else "")
-             + f"; domain: {certificate['domain_text']}"]
+             + (f" (a partial run: {len(partial)} clauses not judged)" if partial else "")]
+    declared = certificate.get("kinds_declared", ["weight"])
     for name, part in certificate.get("kinds", {}).items():
-        declared = "; ".join(f"{attribute} {', '.join(v) if isinstance(v, list) else v}"
-                             for attribute, v in part["declarations"].items())
+        said = "; ".join(f"{attribute} {', '.join(v) if isinstance(v, list) else v}"
+                         for attribute, v in part["declarations"].items())
         counts = Counter(part["clauses"].values())
-        lines.append(f"  kind {name} ({declared or 'nothing to declare'}): "
+        lines.append(f"  kind {name} ({said or 'nothing to declare'}): "
                      f"{part['verdict'].upper()}; clauses: "
                      + "; ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s]))
+        if name == "weight":
+            lines.append(f"    profile {certificate['profile']}"
+                         + (f", allowances {', '.join(certificate['allowances'])}"
+                            if certificate["allowances"] else "")
+                         + f"; domain: {certificate['domain_text']}")
     by_status = defaultdict(list)
     for cid, row in certificate["clauses"].items():
         if cid in registry():
@@ -253,19 +255,34 @@ def render_summary(certificate: dict) -> list[str]:
         lines.append("  note: the swizzled layout is wrong (NVFP4-PACK-3), so the scale bytes were "
                      "read back from the wrong places: look at NVFP4-PACK-3 first, the other "
                      "failures may follow from it")
+    layout = certificate.get("kinds", {}).get("activation", {}).get("declarations", {}).get(
+        "activation_scale_layout", "row-major")
+    if "NVFP4-ACT-10" in by_status["fail"] and len(by_status["fail"]) > 1 and layout != "row-major":
+        lines.append(f"  note: the {layout} layout is wrong (NVFP4-ACT-10), so the scale bytes "
+                     "were read back from the wrong places: look at NVFP4-ACT-10 first, the "
+                     "other failures may follow from it")
     by_reason = defaultdict(list)  # one line per reason: the clauses it covers
+    undeclared = Counter()  # a kind not declared: one count, not its every clause
     for status in ("not applicable", "not judged"):
         by_reason.clear()
         for cid in by_status[status]:
+            kind = kind_of_clause(cid)
+            if status == "not applicable" and kind is not None and kind not in declared:
+                undeclared[kind] += 1
+                continue
             by_reason[certificate["clauses"][cid].get("reason", "")].append(cid)
         for reason, cids in by_reason.items():
             lines.append(f"  {status}: {', '.join(cids)}: {reason}")
+    if undeclared:
+        lines.append("  not applicable: the clauses of the kinds it does not declare ("
+                     + ", ".join(f"{kind}: {n}" for kind, n in undeclared.items()) + ")")
     uses = certificate["allowance_uses"]
     if uses:
         lines.append("  allowances used: " + ", ".join(f"{a} ({n})" for a, n in uses.items()))
-    counts = certificate["input_contract"]["counts"]
-    role = "decides the verdict" if certificate["strict_inputs"] else "reported, not judged"
-    lines.append(f"  input contract ({role}): "
-                 + ", ".join(f"{n} {outcome}" for outcome, n in counts.items()))
+    if "weight" in declared:
+        counts = certificate["input_contract"]["counts"]
+        role = "decides the verdict" if certificate["strict_inputs"] else "reported, not judged"
+        lines.append(f"  input contract ({role}): "
+                     + ", ".join(f"{n} {outcome}" for outcome, n in counts.items()))
     lines.append(f"  reproduce: {certificate['command']}")
     return lines

@@ -307,9 +307,13 @@ def pytest_collection_modifyitems(session, config, items):
             items[:] = selected
 
 
+#: What the reason of every test skipped for an undeclared kind says.
+KIND_SKIP = " does not declare the kind "
+
+
 def undeclared_kind_reason(entry: BackendEntry, kind: str) -> str:
     """Why a test of ``kind`` skips on a backend that does not declare it."""
-    return (f"backend {entry.id!r} does not declare the kind {kind!r} (it declares "
+    return (f"backend {entry.id!r}{KIND_SKIP}{kind!r} (it declares "
             f"{', '.join(k for k in KINDS if k in entry.declared.kinds)})")
 
 
@@ -436,6 +440,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         for line in cert.render_summary(report):
             terminalreporter.write_line(line)
         terminalreporter.write_line(f"  certificate: {e.report_path}")
-        if report["tests"].get("skipped") and report["backend"]["available"]:  # one line for the reason (the report lists them all)
-            reason, n = next(iter(report["skip_reasons"].items()))
+        # one line for the most common reason a test of a declared kind skipped (the
+        # certificate lists them all; an undeclared kind has its own line in the summary)
+        reasons = [(reason, n) for reason, n in report["skip_reasons"].items()
+                   if KIND_SKIP not in reason]
+        if reasons and report["backend"]["available"]:
+            reason, n = reasons[0]
             terminalreporter.write_line(f"  most common skip reason ({n}): {reason}")

@@ -40,8 +40,10 @@ INPUT_DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16)
                 "bfloat16": np.dtype(ml_dtypes.bfloat16)}
 SCALE_LAYOUTS = ("row-major", "swizzled-128x4")
 CONVENTIONS = ("multiplier", "reciprocal")
-#: The 128x4 tile of NVFP4-PACK-3: 128 rows (4 blocks of 32) by 4 scale columns.
+#: The 128x4 tile of NVFP4-PACK-3: 128 rows (4 blocks of 32) by 4 scale columns; the 8x4 tile
+#: of NVFP4-ACT-10: 8 rows by 4 scale columns.
 TILE_ROWS, TILE_COLS, ROW_BLOCK = 128, 4, 32
+SMALL_TILE_ROWS = 8
 
 
 def is_weight_dtype(dtype) -> bool:
@@ -175,6 +177,47 @@ def unswizzle(swizzled, rows: int, scale_cols: int) -> tuple[np.ndarray, np.ndar
     tiles = flat.reshape(padded_rows // TILE_ROWS, padded_cols // TILE_COLS, ROW_BLOCK,
                          TILE_ROWS // ROW_BLOCK, TILE_COLS)  # (a, b, p, q, c)
     padded = tiles.transpose(0, 3, 2, 1, 4).reshape(padded_rows, padded_cols)
+    inside = np.zeros(padded.shape, bool)
+    inside[:rows, :scale_cols] = True
+    return padded[:rows, :scale_cols].copy(), padded[~inside]
+
+
+def swizzled_8x4_shape(rows: int, scale_cols: int) -> tuple[int, int]:
+    """(padded rows, padded scale columns) of the 8x4 layout."""
+    return -(-rows // SMALL_TILE_ROWS) * SMALL_TILE_ROWS, -(-scale_cols // TILE_COLS) * TILE_COLS
+
+
+def swizzle_8x4(scale_bytes: np.ndarray) -> np.ndarray:
+    """Row-major (m, k) scale bytes in the 8x4 layout, flat and zero padded: tiles of 8 rows by
+    4 columns, row tiles outermost, each tile's 8 rows of 4 bytes in order (NVFP4-ACT-10)."""
+    rows, cols = scale_bytes.shape
+    padded_rows, padded_cols = swizzled_8x4_shape(rows, cols)
+    padded = np.zeros((padded_rows, padded_cols), np.uint8)
+    padded[:rows, :cols] = scale_bytes
+    tiles = padded.reshape(padded_rows // SMALL_TILE_ROWS, SMALL_TILE_ROWS,
+                           padded_cols // TILE_COLS, TILE_COLS)  # (a, p, b, c)
+    return tiles.transpose(0, 2, 1, 3).reshape(-1)  # (a, b, p, c)
+
+
+def unswizzle_layout(buffer, layout: str, rows: int, scale_cols: int):
+    """(row-major (rows, scale_cols) bytes, the padding bytes) of a buffer in ``layout``:
+    ``row-major`` (no padding), ``swizzled-128x4`` or ``swizzled-8x4``; a ValueError says what
+    the buffer holds when it is not that layout's size."""
+    if layout == "swizzled-128x4":
+        return unswizzle(buffer, rows, scale_cols)
+    flat = np.asarray(buffer, dtype=np.uint8).reshape(-1)
+    if layout == "row-major":
+        if flat.size != rows * scale_cols:
+            raise ValueError(f"{flat.size} bytes; {rows} x {scale_cols} scale bytes row-major "
+                             f"are {rows * scale_cols}")
+        return flat.reshape(rows, scale_cols).copy(), flat[:0]
+    padded_rows, padded_cols = swizzled_8x4_shape(rows, scale_cols)
+    if flat.size != padded_rows * padded_cols:
+        raise ValueError(f"{flat.size} bytes; the 8x4 layout of {rows} x {scale_cols} scale "
+                         f"bytes is {padded_rows} x {padded_cols} = {padded_rows * padded_cols}")
+    tiles = flat.reshape(padded_rows // SMALL_TILE_ROWS, padded_cols // TILE_COLS,
+                         SMALL_TILE_ROWS, TILE_COLS)  # (a, b, p, c)
+    padded = tiles.transpose(0, 2, 1, 3).reshape(padded_rows, padded_cols)
     inside = np.zeros(padded.shape, bool)
     inside[:rows, :scale_cols] = True
     return padded[:rows, :scale_cols].copy(), padded[~inside]
