@@ -42,6 +42,7 @@ from hscale.reference.global_scale import multiplier_from_reciprocal, reciprocal
 from hscale.reference.packing import swizzle_offset
 
 from . import formats, hexio
+from .families import family_of
 from .observed import CaseObservations, UnreadableObserved, parse_line, read_observed
 from .serialize import MalformedVectors, read_case, read_vector_document
 from .slips import GroupWord, file_slip, group_slip
@@ -143,6 +144,8 @@ class Vectors:
     cases: dict[str, tuple[str, Case]]
     keys: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    #: the cases of the other kinds' sets (hscale.vectors.families): case id -> (file, case)
+    family_cases: dict = field(default_factory=dict)
 
 
 def open_vectors(path) -> Vectors:
@@ -154,7 +157,17 @@ def open_vectors(path) -> Vectors:
     found = Vectors({}, {}, note)
     for name in names:
         file_path = directory / name
-        _, entries = read_vector_document(file_path)
+        document, entries = read_vector_document(file_path)
+        family = family_of(document)
+        if family is not None:
+            for number, entry in enumerate(entries):
+                try:
+                    case = family.case_from_json(entry)
+                except (KeyError, ValueError, TypeError, IndexError) as error:
+                    raise MalformedVectors(f"{file_path}: cases[{number}]: unreadable "
+                                           f"({error})") from None
+                found.family_cases[case.id] = (name, case)
+            continue
         for number, entry in enumerate(entries):
             case = read_case(file_path, number, entry)
             if case.id in found.cases:

@@ -20,6 +20,7 @@ from .args import UsageError, check_at_least, check_output_file, error_text, fai
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    from hscale.reference.activations import ACTIVATION_RECIPES
     from hscale.vectors.catalogue import DEFAULT_SEED
 
     commands = parser.add_subparsers(dest="vectors_command", metavar="COMMAND")
@@ -65,6 +66,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     p.add_argument("--allow", action="append", default=[], metavar="NAME",
                    help="an allowance of the faithful or format profile (repeatable), e.g. "
                         "reciprocal-multiply; the names of docs/spec.md section 7")
+    p.add_argument("--recipe", default=None, choices=ACTIVATION_RECIPES,
+                   help="judge the activation sets' cases (act_*) as a run-time kernel of this "
+                        "recipe (docs/spec.md section 8); the observed file then holds 'CASE "
+                        "row group scale_byte packed_hex' and 'CASE gs g_hex' lines of "
+                        "activation cases")
 
     p = commands.add_parser("expect", help="write the observed file a conforming "
                                            "implementation would produce for DIR")
@@ -83,6 +89,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     p.add_argument("--reciprocal", action="store_true",
                    help="write the global scale as the stored reciprocal ('gsr' lines, "
                         "NVFP4-GS-4) instead of the multiplier ('gs')")
+    p.add_argument("--recipe", default=None, choices=ACTIVATION_RECIPES,
+                   help="write what a run-time activation kernel of this recipe produces for "
+                        "the activation sets (act_*) instead of the weight sets")
 
     p = commands.add_parser("explain", help="one group worked end to end: inputs, s_g, every "
                                             "candidate's objective, the chosen byte")
@@ -156,6 +165,43 @@ def _generate(args) -> int:
     return 0
 
 
+def _activation_family(directory):
+    from hscale.vectors.families import families
+    return families()["activation"]
+
+
+def _activation_cases(directory) -> list:
+    """The activation cases of DIR (its act_* sets), or a usage error when it has none."""
+    from hscale.vectors.check import open_vectors
+    family = _activation_family(directory)
+    cases = [case for name, case in open_vectors(directory).family_cases.values()
+             if name.startswith(family.SET_PREFIX)]
+    if not cases:
+        raise UsageError(f"{directory}: no activation set (act_*.json) in it: --recipe judges "
+                         "the activation kind's vectors")
+    return cases
+
+
+def _check_activations(args) -> int:
+    """``check --recipe R``: the observed file's activation cases judged as an R kernel's."""
+    check_at_least("--errors", args.errors, 1)
+    cases = _activation_cases(args.dir)
+    try:
+        lines = Path(args.observed).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"--observed {args.observed}: cannot be read ({error})") from None
+    report, errors = _activation_family(args.dir).check_lines(cases, lines, args.recipe,
+                                                              args.errors)
+    for line in report:
+        print(line)
+    if errors:
+        print(f"{args.observed}: {plural(errors, 'error')} (recipe {args.recipe})")
+        return 1
+    print(f"{args.observed}: conforms to the activation vectors of {args.dir} under the "
+          f"{args.recipe} recipe")
+    return 0
+
+
 def _unknown_case(case_id: str, vectors: dict, directory) -> str:
     close = difflib.get_close_matches(case_id, list(vectors), n=3)
     hint = (f"; did you mean {' or '.join(close)}?" if close else
@@ -179,6 +225,8 @@ def _run(args) -> int:
         print(f"{args.dir}: OK (every case recomputed from its stored inputs, every checksum "
               "matches)")
         return 0
+    if command == "check" and args.recipe:
+        return _check_activations(args)
     if command == "check":
         from hscale.judge.profiles import check_profile
         from hscale.vectors.check import check
@@ -194,17 +242,29 @@ def _run(args) -> int:
     if command == "expect":
         from hscale.vectors.check import observed_lines
         check_output_file("--out", args.out)  # before the work
+        if args.recipe:
+            lines = _activation_family(args.dir).observed_lines(
+                _activation_cases(args.dir), args.recipe, not args.no_gs)
+            write_text(args.out, "\n".join(lines) + "\n")
+            return 0
         lines = observed_lines(args.dir, not args.no_gs, index_keys=args.index_keys,
                                swizzled=args.swizzled, reciprocal=args.reciprocal)
         write_text(args.out, "\n".join(lines) + "\n")
         return 0
     if command == "explain":
-        from hscale.vectors.check import load_vectors
+        from hscale.vectors.check import open_vectors
         from hscale.vectors.explain import explain_group
-        vectors = load_vectors(args.dir)
-        if args.case not in vectors:
-            raise UsageError(_unknown_case(args.case, vectors, args.dir))
-        print(explain_group(*vectors[args.case], args.row, args.group))
+        from hscale.vectors.families import families
+        opened = open_vectors(args.dir)
+        if args.case in opened.family_cases:
+            file_name, case = opened.family_cases[args.case]
+            kind = next(k for k, m in families().items() if file_name.startswith(m.SET_PREFIX))
+            print(families()[kind].explain(file_name, case, args.row, args.group))
+            return 0
+        if args.case not in opened.cases:
+            raise UsageError(_unknown_case(args.case, {**opened.cases, **opened.family_cases},
+                                           args.dir))
+        print(explain_group(*opened.cases[args.case], args.row, args.group))
         return 0
     if command == "clauses":
         from hscale.vectors.docs import clause_table

@@ -172,7 +172,7 @@ def diagnose_activations(case: ActivationCase, observed: ObservedActivations,
     g, a = _judge_global_scale(case, observed, recipe, x32, listing)
     amax = group_maxima(x32)
     bytes_ = observed.scale_bytes.astype(np.int64)
-    admissible = _admissible_bytes(recipe, amax, g, a)  # (k, tokens, n/16)
+    admissible = admissible_bytes(recipe, amax, g, a)  # (k, tokens, n/16)
     matches = (admissible == bytes_[None]) | ~live[None]
     best = int(np.argmax(matches.reshape(len(admissible), -1).sum(axis=1)))
     for r, i in np.argwhere(~matches[best]):
@@ -218,7 +218,7 @@ def _judge_global_scale(case, observed, recipe, x32, listing):
     return want_g, want_a
 
 
-def _admissible_bytes(recipe, amax, g, a) -> np.ndarray:
+def admissible_bytes(recipe, amax, g, a) -> np.ndarray:
     """(k, tokens, n/16): the scale bytes each admissible arithmetic gives."""
     if recipe == "exact":
         return exact_scale_bytes(amax, g)[None].astype(np.int64)
