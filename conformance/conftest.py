@@ -48,7 +48,8 @@ def checker(request, backend, backend_entry, suite_state) -> Checker:
     return Checker(backend, backend_entry.id, suite_state.profile, suite_state.allowances,
                    backend_entry.tally, marker_ids, strict_errors=strict,
                    domain=backend_entry.domain, strict_inputs=suite_state.strict_inputs,
-                   test=request.node.nodeid)
+                   test=request.node.nodeid,
+                   in_hypothesis=bool(getattr(request.function, "is_hypothesis_test", False)))
 
 
 @pytest.fixture

@@ -256,6 +256,13 @@ BF16_SLIPS = {"wrong_swizzle": ("vendor-bf16-wrong-swizzle", "NVFP4-PACK-3"),
               "bf16_reciprocal": ("vendor-bf16-reciprocal-in-bf16", "NVFP4-GS-1")}
 
 
+#: What the engines' weight recipe needs, as one run under exact lists it (must-show 3).
+ENGINES_ALLOWANCES = ("reciprocal-multiply", "underflow-zero-group", "fp32-scale-rounding",
+                      "reciprocal-global-scale")
+ENGINES_FAITHFUL = ["--profile", "faithful"] + [a for name in ENGINES_ALLOWANCES
+                                                for a in ("--allow", name)]
+
+
 def vendor_runs() -> list[Run]:
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent),
                                                        os.environ.get("PYTHONPATH")]))}
@@ -264,7 +271,11 @@ def vendor_runs() -> list[Run]:
                 conform=True),
             Run("vendor-bf16-exact", [V + "bf16_kernel"], env=env, conform=True),
             Run("vendor-bf16-slips", [V + name for name in BF16_SLIPS], BF16_FAITHFUL, env=env,
-                conform=True)]
+                conform=True),
+            Run("vendor-engines-exact", [V + "engines_bf16_kernel"], env=env, conform=True),
+            Run("vendor-engines-faithful", [V + "engines_bf16_kernel",
+                                            V + "engines_without_domain"],
+                ENGINES_FAITHFUL, env=env, conform=True)]
 
 
 # ------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from hscale.reference.constants import GROUP_SIZE
+from hscale.reference.constants import FP32_SMALLEST_NORMAL, GROUP_SIZE
 
 from .builders import exact
 from .cases import CaseError
@@ -52,12 +52,25 @@ def is_weight_dtype(dtype) -> bool:
     return np.dtype(dtype) in INPUT_DTYPES.values()
 
 
+#: The magnitudes a backend supports unless it declares fewer: every s_g of NVFP4-IN-4, every
+#: group maximum.
+FULL_GLOBAL_SCALE_RANGE = (FP32_SMALLEST_NORMAL, float(np.finfo(np.float32).max))
+
+
 @dataclass(frozen=True)
 class Domain:
     input_dtypes: tuple[str, ...] = tuple(INPUT_DTYPES)
     shape_multiple: tuple[int, int] = (1, GROUP_SIZE)
     scale_layout: str = "row-major"
     global_scale_convention: str = "multiplier"
+    #: the scale ceilings C it takes (None: any of NVFP4-IN-4; a kernel with 448 built in
+    #: declares (448.0,))
+    scale_ceilings: tuple[float, ...] | None = None
+    #: the s_g (computed or supplied) it supports, and the smallest non-zero group maximum
+    global_scale_range: tuple[float, float] = FULL_GLOBAL_SCALE_RANGE
+    group_amax_min: float = 0.0
+    #: why its magnitudes are limited (recorded in the certificate)
+    magnitude_reason: str = ""
 
     @classmethod
     def of(cls, backend, label: str = "backend") -> "Domain":
@@ -83,18 +96,76 @@ class Domain:
         if convention not in CONVENTIONS:
             raise ValueError(f"{label}: global_scale_convention {convention!r}: one of "
                              f"{', '.join(CONVENTIONS)}")
-        return cls(dtypes, (int(multiple[0]), int(multiple[1])), layout, convention)
+        ceilings = getattr(backend, "scale_ceilings", None)
+        if ceilings is not None:
+            try:
+                ceilings = tuple(float(c) for c in ceilings)
+            except (TypeError, ValueError):
+                ceilings = ()
+            if not ceilings or not all(0 < c <= 448 for c in ceilings):
+                raise ValueError(f"{label}: scale_ceilings {getattr(backend, 'scale_ceilings')!r}"
+                                 ": the scale ceilings C it takes, each in (0, 448], at least one")
+        low, high = _range(getattr(backend, "global_scale_range", FULL_GLOBAL_SCALE_RANGE),
+                           f"{label}: global_scale_range")
+        group_min = getattr(backend, "group_amax_min", 0.0)
+        if isinstance(group_min, bool) or not isinstance(group_min, (int, float, np.floating)) \
+                or not 0 <= float(group_min) < np.inf:
+            raise ValueError(f"{label}: group_amax_min {group_min!r}: a non-negative number")
+        reason = str(getattr(backend, "magnitude_reason", "") or "")
+        limited = (low, high) != FULL_GLOBAL_SCALE_RANGE or group_min
+        if limited and not reason:
+            raise ValueError(f"{label}: a declared global_scale_range or group_amax_min needs its "
+                             "magnitude_reason (why the kernel cannot take the others)")
+        return cls(dtypes, (int(multiple[0]), int(multiple[1])), layout, convention, ceilings,
+                   (low, high), float(group_min), reason)
 
     # -- describing ------------------------------------------------------------------------
     def as_json(self) -> dict:
-        return {"input_dtypes": list(self.input_dtypes), "shape_multiple": list(self.shape_multiple),
-                "scale_layout": self.scale_layout,
-                "global_scale_convention": self.global_scale_convention}
+        out = {"input_dtypes": list(self.input_dtypes),
+               "shape_multiple": list(self.shape_multiple), "scale_layout": self.scale_layout,
+               "global_scale_convention": self.global_scale_convention}
+        if self.scale_ceilings is not None:
+            out["scale_ceilings"] = list(self.scale_ceilings)
+        if self.magnitude_reason:
+            out.update(global_scale_range=list(self.global_scale_range),
+                       group_amax_min=self.group_amax_min,
+                       magnitude_reason=self.magnitude_reason)
+        return out
 
     def describe(self) -> str:
-        return (f"inputs {'/'.join(self.input_dtypes)}, shapes multiples of "
+        text = (f"inputs {'/'.join(self.input_dtypes)}, shapes multiples of "
                 f"{self.shape_multiple[0]} x {self.shape_multiple[1]}, scale bytes "
                 f"{self.scale_layout}, s_g as the {self.global_scale_convention}")
+        if self.scale_ceilings is not None:
+            text += f", C {'/'.join(f'{c:g}' for c in self.scale_ceilings)} only"
+        if self.magnitude_reason:
+            text += (f", s_g in [{self.global_scale_range[0]:.3g}, "
+                     f"{self.global_scale_range[1]:.3g}], group maxima from "
+                     f"{self.group_amax_min:.3g} ({self.magnitude_reason})")
+        return text
+
+    # -- magnitudes ------------------------------------------------------------------------
+    def outside_magnitudes(self, weight: np.ndarray, global_scale, scale_ceiling=448.0) -> str:
+        """Why a weight (and the s_g it gets: the caller's, else NVFP4-GS-1's) lies outside the
+        declared magnitudes, or ''."""
+        if not self.magnitude_reason:
+            return ""
+        w = np.abs(np.asarray(weight).astype(np.float64))
+        if global_scale is None:
+            amax = float(w.max()) if w.size else 0.0
+            global_scale = (max(amax / (6 * float(scale_ceiling)), FP32_SMALLEST_NORMAL)
+                            if amax else 1.0)
+        low, high = self.global_scale_range
+        if not low <= float(global_scale) <= high:
+            return (f"s_g {float(global_scale):.4g} is outside the declared [{low:.4g}, "
+                    f"{high:.4g}] ({self.magnitude_reason})")
+        if self.group_amax_min and w.size and w.shape[-1] % GROUP_SIZE == 0:
+            maxima = w.reshape(-1, GROUP_SIZE).max(axis=1)
+            small = maxima[(maxima > 0) & (maxima < self.group_amax_min)]
+            if small.size:
+                return (f"a group maximum {float(small[0]):.4g} is below the declared "
+                        f"{self.group_amax_min:.4g} ({self.magnitude_reason})")
+        return ""
 
     @property
     def dtypes(self) -> list[np.dtype]:
@@ -147,6 +218,16 @@ class Domain:
 
 
 # -- the 128x4 layout, stated again: tiles as reshapes, not the reference's offset formula -----
+
+def _range(value, name: str) -> tuple[float, float]:
+    try:
+        low, high = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} {value!r}: (lowest, highest), two numbers") from None
+    if not FP32_SMALLEST_NORMAL <= low <= high:
+        raise ValueError(f"{name} {value!r}: (lowest, highest) with 2^-126 <= lowest <= highest")
+    return low, high
+
 
 def swizzled_shape(rows: int, scale_cols: int) -> tuple[int, int]:
     """(padded rows, padded scale columns) of the 128x4 layout."""
