@@ -44,7 +44,8 @@ FAILURE_TEXT = 3000
 
 
 def _row() -> dict:
-    return {"passed": 0, "failed": 0, "error": 0, "skipped": 0, "failing": [], "skip_reasons": []}
+    return {"passed": 0, "failed": 0, "error": 0, "skipped": 0, "contract": 0, "failing": [],
+            "skip_reasons": []}
 
 
 def clause_statuses(items: dict, outcomes: dict, backend_id: str, allowance_uses: Counter,
@@ -76,7 +77,7 @@ def clause_statuses(items: dict, outcomes: dict, backend_id: str, allowance_uses
                 if outcome == "skipped" and text not in row["skip_reasons"]:
                     row["skip_reasons"].append(text)
             elif outcome == "xfailed":  # an input-contract outcome, recorded apart
-                row["skipped"] += 1
+                row["contract"] += 1
         for cid in cited:
             if cid not in ids and outcome in ("failed", "error"):
                 row = rows.setdefault(cid, _row())
@@ -96,16 +97,24 @@ def clause_statuses(items: dict, outcomes: dict, backend_id: str, allowance_uses
             # Section 5's rejections are the input contract, reported apart (an input test
             # fails only under --strict-inputs, or when the backend breaks on the control call).
             row["status"] = "input contract"
-        elif not row["passed"] and not row["skipped"] and cid not in JUDGED_ELSEWHERE:
+        elif (not row["passed"] and not row["skipped"] and not row["contract"]
+              and cid not in JUDGED_ELSEWHERE):
             # none of its tests was selected (--clause, --quick, -k): not judged by this run,
             # which is not the same as not applying to the backend
             row["status"] = "not judged"
             row["reason"] = "no test of this clause was selected in this run"
+        elif not row["passed"] and row["contract"] and not row["skipped"]:
+            # every test of it fed a bad input, an outcome of the input contract: nothing about
+            # this clause's numbers was judged
+            row["status"] = "input contract"
+            row["reason"] = ("every test of it fed a bad input, recorded in the input contract, "
+                             "not judged here")
         elif not row["passed"]:
             row["status"] = "not applicable"
             reasons = row["skip_reasons"]
             row["reason"] = (JUDGED_ELSEWHERE.get(cid)
-                             or f"every test skipped: {reasons[0]}"
+                             or (f"every test skipped: {reasons[0]}" if reasons else
+                                 "every test skipped")
                              + (f" (and {len(reasons) - 1} other reasons)"
                                 if len(reasons) > 1 else ""))
         elif cid in used:
@@ -138,9 +147,12 @@ def verdicts(clauses: dict, contract: dict, strict_inputs: bool, tests: Counter)
     overall = numerics
     if strict_inputs and numerics == "conforms" and departures:
         overall = "does not conform"
+    fed = sum(contract["counts"].values())
+    said = ("no bad input was fed in this run: not judged" if not fed else
+            "every bad input rejected" if not departures else
+            ", ".join(f"{n} {outcome}" for outcome, n in departures.items()))
     return {"verdict": overall, "numerics": numerics,
-            "input_contract": "every bad input rejected" if not departures else ", ".join(
-                f"{n} {outcome}" for outcome, n in departures.items()),
+            "input_contract": said,
             "input_contract_decides": strict_inputs,
             "clauses_broken": broken, "tests_failed": failed_tests,
             # a run that selected only part of the suite (--clause, --quick, -k) says so
@@ -202,6 +214,9 @@ def build(*, backend: dict, declared: Declared, domain, tally, items: dict, outc
         "profile": profile,
         "allowances": list(allowances),
         "allowance_uses": {k: v for k, v in sorted(tally.allowance_uses.items())},
+        # every allowance a finding of this run (every generated example included) needed,
+        # with how many findings each would excuse: what to --allow for the faithful profile
+        "allowances_needed": {k: v for k, v in tally.allowances_needed.most_common()},
         "tolerance_uses": tally.tolerance_uses,
         "strict_inputs": strict_inputs,
         "checks": tally.checks,
@@ -230,18 +245,20 @@ def render_summary(certificate: dict) -> list[str]:
     partial = certificate["verdicts"].get("clauses_not_judged", [])
     lines = [f"certificate for {backend['id']} ({backend['version']}): "
              f"{certificate['verdict'].upper()}"
-             + (f" (a partial run: {len(partial)} clauses not judged)" if partial else ""),
-             f"  profile {certificate['profile']}"
-             + (f", allowances {', '.join(certificate['allowances'])}"
-                if certificate["allowances"] else "")
-             + f"; domain: {certificate['domain_text']}"]
+             + (f" (a partial run: {len(partial)} clauses not judged)" if partial else "")]
+    declared = certificate.get("kinds_declared", ["weight"])
     for name, part in certificate.get("kinds", {}).items():
-        declared = "; ".join(f"{attribute} {shown(v)}"
-                             for attribute, v in part["declarations"].items())
+        said = "; ".join(f"{attribute} {shown(v)}"
+                         for attribute, v in part["declarations"].items())
         counts = Counter(part["clauses"].values())
-        lines.append(f"  kind {name} ({declared or 'nothing to declare'}): "
+        lines.append(f"  kind {name} ({said or 'nothing to declare'}): "
                      f"{part['verdict'].upper()}; clauses: "
                      + "; ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s]))
+        if name == "weight":
+            lines.append(f"    profile {certificate['profile']}"
+                         + (f", allowances {', '.join(certificate['allowances'])}"
+                            if certificate["allowances"] else "")
+                         + f"; domain: {certificate['domain_text']}")
         if "outputs_text" in part:
             lines.append(f"    {part['outputs_text']}")
     by_status = defaultdict(list)
@@ -258,19 +275,43 @@ def render_summary(certificate: dict) -> list[str]:
         lines.append("  note: the swizzled layout is wrong (NVFP4-PACK-3), so the scale bytes were "
                      "read back from the wrong places: look at NVFP4-PACK-3 first, the other "
                      "failures may follow from it")
+    layout = certificate.get("kinds", {}).get("activation", {}).get("declarations", {}).get(
+        "activation_scale_layout", "row-major")
+    if "NVFP4-ACT-10" in by_status["fail"] and len(by_status["fail"]) > 1 and layout != "row-major":
+        lines.append(f"  note: the {layout} layout is wrong (NVFP4-ACT-10), so the scale bytes "
+                     "were read back from the wrong places: look at NVFP4-ACT-10 first, the "
+                     "other failures may follow from it")
     by_reason = defaultdict(list)  # one line per reason: the clauses it covers
+    undeclared = Counter()  # a kind not declared: one count, not its every clause
     for status in ("not applicable", "not judged"):
         by_reason.clear()
         for cid in by_status[status]:
+            kind = kind_of_clause(cid)
+            if status == "not applicable" and kind is not None and kind not in declared:
+                undeclared[kind] += 1
+                continue
             by_reason[certificate["clauses"][cid].get("reason", "")].append(cid)
         for reason, cids in by_reason.items():
             lines.append(f"  {status}: {', '.join(cids)}: {reason}")
+    if undeclared:
+        lines.append("  not applicable: the clauses of the kinds it does not declare ("
+                     + ", ".join(f"{kind}: {n}" for kind, n in undeclared.items()) + ")")
     uses = certificate["allowance_uses"]
     if uses:
         lines.append("  allowances used: " + ", ".join(f"{a} ({n})" for a, n in uses.items()))
-    counts = certificate["input_contract"]["counts"]
-    role = "decides the verdict" if certificate["strict_inputs"] else "reported, not judged"
-    lines.append(f"  input contract ({role}): "
-                 + ", ".join(f"{n} {outcome}" for outcome, n in counts.items()))
+    needed = {a: n for a, n in certificate.get("allowances_needed", {}).items()
+              if a in ALLOWANCES}
+    if needed:
+        lines.append("  allowances needed (every finding of this run, generated examples "
+                     "included): " + ", ".join(f"{a} ({n})" for a, n in needed.items()))
+        lines.append("    rerun with: --profile faithful "
+                     + " ".join(f"--allow {a}" for a in list(certificate["allowances"])
+                                + list(needed)))
+    if "weight" in declared:
+        counts = certificate["input_contract"]["counts"]
+        role = "decides the verdict" if certificate["strict_inputs"] else "reported, not judged"
+        lines.append(f"  input contract ({role}): "
+                     + (", ".join(f"{n} {outcome}" for outcome, n in counts.items())
+                        if sum(counts.values()) else "no bad input was fed in this run"))
     lines.append(f"  reproduce: {certificate['command']}")
     return lines

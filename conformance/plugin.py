@@ -47,7 +47,8 @@ from hscale.conformance import certificate as cert
 from hscale.conformance.checker import Tally
 from hscale.judge.clauses import clause_ids, is_known
 from hscale.judge.domain import Domain
-from hscale.judge.kinds import DEFAULT_KINDS, KINDS, Declared, declared_kinds, kind_of_test
+from hscale.judge.kinds import (DEFAULT_KINDS, JUDGED_ELSEWHERE, KINDS, Declared, declared_kinds,
+                                kind_of_test)
 from hscale.judge.options import suite_options
 from hscale.judge.profiles import check_profile
 
@@ -301,16 +302,37 @@ def pytest_collection_modifyitems(session, config, items):
     if wanted:
         selected = [item for item in items
                     if wanted & {c for m in item.iter_markers("clause") for c in m.args}]
+        named = {c for item in selected for m in item.iter_markers("clause") for c in m.args}
+        for clause in sorted(wanted - named):
+            where = JUDGED_ELSEWHERE.get(clause, "no test of the suite names it")
+            st.items.clear()  # a usage error: no certificate
+            raise pytest.UsageError(f"--clause {clause}: no test of the suite judges it ({where})")
         deselected = [item for item in items if item not in selected]
         if deselected:
             config.hook.pytest_deselected(items=deselected)
             items[:] = selected
 
 
+#: What the reason of every test skipped for an undeclared kind says.
+KIND_SKIP = " does not declare the kind "
+
+
 def undeclared_kind_reason(entry: BackendEntry, kind: str) -> str:
     """Why a test of ``kind`` skips on a backend that does not declare it."""
-    return (f"backend {entry.id!r} does not declare the kind {kind!r} (it declares "
+    return (f"backend {entry.id!r}{KIND_SKIP}{kind!r} (it declares "
             f"{', '.join(k for k in KINDS if k in entry.declared.kinds)})")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """A test whose checker kept drawing past findings that allowances would excuse
+    (``Checker.fail_or_defer``) fails now, at its end, naming every allowance it needed."""
+    result = yield
+    checker = pyfuncitem.funcargs.get("checker")
+    report = checker.deferred_report() if checker is not None else None
+    if report:
+        pytest.fail(report, pytrace=False)
+    return result
 
 
 def pytest_runtest_logreport(report):
@@ -433,9 +455,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         report = e.report
         if report is None:
             continue
+        for clause in config.getoption("clause"):  # asked for, and judged nothing: one line
+            row = report["clauses"].get(clause, {})
+            if row.get("status") not in ("pass", "allowed", "fail", "error"):
+                terminalreporter.write_line(
+                    f"--clause {clause}: nothing judged on backend {ident!r}: "
+                    f"{row.get('status', 'not judged')}: {row.get('reason', '')}")
         for line in cert.render_summary(report):
             terminalreporter.write_line(line)
         terminalreporter.write_line(f"  certificate: {e.report_path}")
-        if report["tests"].get("skipped") and report["backend"]["available"]:  # one line for the reason (the report lists them all)
-            reason, n = next(iter(report["skip_reasons"].items()))
+        # one line for the most common reason a test of a declared kind skipped (the
+        # certificate lists them all; an undeclared kind has its own line in the summary)
+        reasons = [(reason, n) for reason, n in report["skip_reasons"].items()
+                   if KIND_SKIP not in reason]
+        if reasons and report["backend"]["available"]:
+            reason, n = reasons[0]
             terminalreporter.write_line(f"  most common skip reason ({n}): {reason}")

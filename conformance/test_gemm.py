@@ -334,9 +334,8 @@ def test_random_gemms(gemm_checker):
 # ------------------------------------------------------------------------------------------
 
 def _gemm_vectors():
-    from hscale.vectors import LEVEL0_DIR
-    from hscale.vectors.check import open_vectors
-    return {case_id: case for case_id, (_, case, _) in open_vectors(LEVEL0_DIR).others.items()}
+    from hscale.vectors.gemm_files import stored_cases
+    return stored_cases()
 
 
 GEMM_VECTORS = _gemm_vectors()

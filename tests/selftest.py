@@ -114,6 +114,7 @@ def summary(report: dict) -> str:
 
 M = "hscale.conformance.mutants:"
 MARK = "<!-- adapter-example -->"
+ACTIVATION_MARK = "<!-- activation-adapter-example -->"
 
 # mutant -> the clause its failures must cite under the exact profile
 EXACT_EXPECT = {
@@ -205,12 +206,12 @@ def create_wrong():
 '''
 
 
-def adapter_source() -> str:
-    """The adapter example of docs/backends.md (the python block after the marker)."""
+def adapter_source(mark: str = MARK) -> str:
+    """An adapter example of docs/backends.md (the python block after the marker)."""
     import re
     text = (REPO_ROOT / "docs" / "backends.md").read_text(encoding="utf-8")
-    assert MARK in text, f"docs/backends.md lost its {MARK} marker"
-    block = re.search(r"```python\n(.*?)```", text[text.index(MARK):], re.S)
+    assert mark in text, f"docs/backends.md lost its {mark} marker"
+    block = re.search(r"```python\n(.*?)```", text[text.index(mark):], re.S)
     assert block, "no python block after the adapter marker in docs/backends.md"
     return block.group(1)
 
@@ -227,14 +228,16 @@ def all_runs(tmp: Path) -> dict[str, Run]:
     (pkg / "myadapter.py").write_text(adapter_source(), encoding="utf-8")
     (pkg / "rtnonly.py").write_text(RTN_ONLY, encoding="utf-8")
     (pkg / "plain.py").write_text(PLAIN, encoding="utf-8")
+    (pkg / "myactivations.py").write_text(adapter_source(ACTIVATION_MARK), encoding="utf-8")
     env = {"PYTHONPATH": str(pkg)}
     runs += [Run("adapter", ["myadapter:create"], env=env),
              Run("rtnonly", ["rtnonly:create"], env=env),
-             Run("plain", ["plain:create", "plain:create_wrong"], env=env)]
+             Run("plain", ["plain:create", "plain:create_wrong"], env=env),
+             Run("activation-adapter", ["myactivations:create"], env=env, conform=True)]
     for mutant, allowance, _, other in ALLOWED:
         runs.append(Run(f"faithful-{allowance}", [M + mutant, M + other],
                         ["--profile", "faithful", "--allow", allowance]))
-    runs += vendor_runs()
+    runs += vendor_runs() + activation_runs()
     runs += gemm_runs(tmp)
     return {run.name: run for run in run_all(runs, tmp / "reports")}
 
@@ -254,6 +257,13 @@ BF16_SLIPS = {"wrong_swizzle": ("vendor-bf16-wrong-swizzle", "NVFP4-PACK-3"),
               "bf16_reciprocal": ("vendor-bf16-reciprocal-in-bf16", "NVFP4-GS-1")}
 
 
+#: What the engines' weight recipe needs, as one run under exact lists it (must-show 3).
+ENGINES_ALLOWANCES = ("reciprocal-multiply", "underflow-zero-group", "fp32-scale-rounding",
+                      "reciprocal-global-scale")
+ENGINES_FAITHFUL = ["--profile", "faithful"] + [a for name in ENGINES_ALLOWANCES
+                                                for a in ("--allow", name)]
+
+
 def vendor_runs() -> list[Run]:
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent),
                                                        os.environ.get("PYTHONPATH")]))}
@@ -262,6 +272,47 @@ def vendor_runs() -> list[Run]:
                 conform=True),
             Run("vendor-bf16-exact", [V + "bf16_kernel"], env=env, conform=True),
             Run("vendor-bf16-slips", [V + name for name in BF16_SLIPS], BF16_FAITHFUL, env=env,
+                conform=True),
+            Run("vendor-engines-exact", [V + "engines_bf16_kernel"], env=env, conform=True),
+            Run("vendor-engines-faithful", [V + "engines_bf16_kernel",
+                                            V + "engines_without_domain"],
+                ENGINES_FAITHFUL, env=env, conform=True)]
+
+
+# ------------------------------------------------------------------------------------------
+# Activation quantizers written as a vendor writes them (tests/activation_kernels.py)
+# ------------------------------------------------------------------------------------------
+
+A = "activation_kernels:"
+#: Each recipe's independent implementation: its factory and backend id.
+ACTIVATION_RECIPES = {"fast-math": ("fast_math", "vendor-act-fast-math"),
+                      "exact": ("exact", "vendor-act-exact"),
+                      "torchao": ("torchao", "vendor-act-torchao")}
+#: Each slip of the fast-math kernel, and the clause its certificate must name.
+ACTIVATION_SLIPS = {"ties_away": ("vendor-act-ties-away", "NVFP4-ACT-3"),
+                    "no_saturation": ("vendor-act-no-saturation", "NVFP4-ACT-8"),
+                    "truncated_scale": ("vendor-act-truncated-scale", "NVFP4-ACT-2"),
+                    "signed_zero_lost": ("vendor-act-signed-zero-lost", "NVFP4-ACT-8"),
+                    "wrong_swizzle": ("vendor-act-wrong-swizzle", "NVFP4-ACT-10")}
+#: The clause a recipe's bytes and codes are judged by (what a kernel of another recipe breaks).
+RECIPE_CLAUSES = {"fast-math": ("NVFP4-ACT-2", "NVFP4-ACT-3"), "exact": ("NVFP4-ACT-6",),
+                  "torchao": ("NVFP4-ACT-7", "NVFP4-ACT-8")}
+
+
+def other_recipe_factory(implemented: str, declared: str) -> str:
+    """``fast_math_as_exact``: the kernel of one recipe declaring another."""
+    return f"{ACTIVATION_RECIPES[implemented][0]}_as_{ACTIVATION_RECIPES[declared][0]}"
+
+
+def activation_runs() -> list[Run]:
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent),
+                                                       os.environ.get("PYTHONPATH")]))}
+    own = [A + factory for factory, _ in ACTIVATION_RECIPES.values()]
+    others = [A + other_recipe_factory(i, d) for i in ACTIVATION_RECIPES
+              for d in ACTIVATION_RECIPES if i != d]
+    return [Run("activation-recipes", own, env=env, conform=True),
+            Run("activation-other-recipes", others, env=env, conform=True),
+            Run("activation-slips", [A + name for name in ACTIVATION_SLIPS], env=env,
                 conform=True)]
 
 

@@ -5,7 +5,6 @@ check / explain on them."""
 
 from __future__ import annotations
 
-import io
 import itertools
 import json
 import shutil
@@ -18,7 +17,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from hscale.vectors import LEVEL0_DIR, check, observed_lines
+from hscale.vectors import LEVEL0_DIR
 from hscale.vectors.verify import verify_dir
 
 LEVEL0 = LEVEL0_DIR
@@ -30,7 +29,7 @@ E4M3 = [Fraction(float(v)) for v in
 
 def _cases(set_name: str) -> dict[str, dict]:
     document = json.loads((LEVEL0 / f"{set_name}.json").read_text())
-    assert document["kind"] == "gemm"
+    assert document["format"] == "hscale-nvfp4-gemm-vectors"
     return {entry["id"]: entry for entry in document["cases"]}
 
 
@@ -152,48 +151,50 @@ def test_verify_names_a_gemm_case_whose_stored_result_was_edited(tmp_path):
                for p in problems), problems
 
 
-def _check(lines, tmp_path, **options) -> tuple[int, str]:
-    observed = tmp_path / "observed.txt"
-    observed.write_text("\n".join(lines) + "\n")
-    out = io.StringIO()
-    status = check(LEVEL0, observed, out=out, **options)
-    return status, out.getvalue()
+def _check(lines, model="fp32", max_errors=20) -> tuple[list, int]:
+    from hscale.vectors.gemm_files import check_lines, stored_cases
+    return check_lines(list(stored_cases().values()), lines, model, max_errors)
+
+
+def _expected() -> list[str]:
+    from hscale.vectors.gemm_files import observed_lines, stored_cases
+    return observed_lines(list(stored_cases().values()), "fp32")
 
 
 @pytest.mark.clause("NVFP4-GEMM-5", "NVFP4-GEMM-4")
-def test_check_judges_gemm_lines_and_names_the_clause(tmp_path):
-    lines = [l for l in observed_lines(LEVEL0, other_kinds=True) if l.startswith("gemm")]
+def test_check_judges_gemm_lines_and_names_the_clause():
+    lines = _expected()
     assert len(lines) == 837 and all(len(l.split()) == 4 for l in lines)
-    status, text = _check(lines, tmp_path, require_all=True)
-    assert status == 0, text[-2000:]
-    assert "837 of 837 GEMM output elements observed" in text
+    report, errors = _check(lines)
+    assert (report, errors) == ([], 0)
     wrong = [l.replace(" 4441", " 4440") if l.startswith("gemm-global-scales-3x1 0 0") else
              l.replace(" 45001000", " 45000000") if l.startswith("gemm-fp32-not-fp16 0 0")
              else l for l in lines]
-    status, text = _check(wrong, tmp_path)
-    assert status == 1
+    report, errors = _check(wrong)
+    text = "\n".join(report)
+    assert errors == 2
     assert "gemm-global-scales-3x1 0 0 => 0x4440  expected: 0x4441" in text
     assert "[NVFP4-GEMM-5] output element (i=0, j=0): bfloat16 expected 0x4441 (772.0) " \
            "observed 0x4440 (768.0)" in text
     assert "[NVFP4-GEMM-4] output element (i=0, j=0): float32 expected 0x45001000 (2049.0) " \
            "observed 0x45000000 (2048.0)" in text and "the fp16 accumulation model" in text
     # under the fp16 model the 2048 is admissible (the sum is not exact in fp16)
-    status, text = _check([l for l in wrong if l.startswith("gemm-fp32-not-fp16")], tmp_path,
-                          gemm_model="fp16")
-    assert status == 0, text
-    # a weight result file need not hold GEMM outputs, even with --require-all
-    weights = observed_lines(LEVEL0)
-    assert _check(weights, tmp_path, require_all=True)[0] == 0
-    status, text = _check(lines[:10], tmp_path, require_all=True)
-    assert status == 1 and "827 GEMM output elements of the vectors are missing" in text
+    assert _check([l for l in wrong if l.startswith("gemm-fp32-not-fp16")], "fp16") == ([], 0)
+    # elements left out are judged as the spec's result, and said to be missing
+    report, errors = _check(lines[:10])
+    assert errors == 0 and any("missing from the file" in line for line in report), report
 
 
-def test_a_malformed_gemm_line_is_a_line_error(tmp_path):
-    status, text = _check(["gemm-fp32-not-fp16 0 0 4500", "gemm-fp32-not-fp16 0 5 45001000"],
-                          tmp_path)
-    assert status == 1
-    assert "a GEMM output line is 'KEY i j OUT' with OUT the float32 bits (8 hex digits)" in text
-    assert "case gemm-fp32-not-fp16 is 1 x 1: there is no output element (0, 5)" in text
+def test_a_malformed_gemm_line_is_a_line_error():
+    for line, words in (
+            ("gemm-fp32-not-fp16 0 0 4500", "expected 'CASE i j OUT' with OUT the float32 bits "
+                                            "(8 hex digits)"),
+            ("gemm-fp32-not-fp16 0 5 45001000", "case gemm-fp32-not-fp16 is 1 x 1: there is no "
+                                                "output element (0, 5)"),
+            ("e2m1-all-codes 0 0 45001000", "no GEMM case 'e2m1-all-codes'")):
+        with pytest.raises(ValueError) as error:
+            _check([line])
+        assert words in str(error.value) and str(error.value).startswith("line 1: ")
 
 
 def _hscale(*args, cwd) -> subprocess.CompletedProcess:
@@ -202,26 +203,47 @@ def _hscale(*args, cwd) -> subprocess.CompletedProcess:
 
 
 def test_the_commands_on_gemm_vectors(tmp_path):
-    """expect writes the GEMM lines too; explain works one output element; a bad
-    --gemm-model is one line and exit 2."""
-    done = _hscale("vectors", "expect", str(LEVEL0), "--out", "-", cwd=tmp_path)
-    assert done.returncode == 0 and "gemm-order-2p24 0 0 40000000" in done.stdout
+    """expect --gemm-model writes the GEMM lines, check --gemm-model judges them (exit 1 naming
+    the clause), explain works one output element; a bad --gemm-model is one line and exit 2."""
+    done = _hscale("vectors", "expect", "--gemm-model", "fp32", "--out", "gemm.txt",
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = (tmp_path / "gemm.txt").read_text().splitlines()
+    assert "gemm-order-2p24 0 0 40000000" in lines and len(lines) == 837
+    done = _hscale("vectors", "check", "--gemm-model", "fp32", "--observed", "gemm.txt",
+                   cwd=tmp_path)
+    assert done.returncode == 0 and "conforms to the gemm vectors of" in done.stdout, done.stdout
+    (tmp_path / "bad.txt").write_text("gemm-fp32-not-fp16 0 0 45000000\n")
+    done = _hscale("vectors", "check", "--gemm-model", "fp32", "--observed", "bad.txt",
+                   cwd=tmp_path)
+    assert done.returncode == 1 and "[NVFP4-GEMM-4]" in done.stdout
+    assert "bad.txt: 1 error (accumulation model fp32)" in done.stdout, done.stdout
+    done = _hscale("vectors", "check", "--gemm-model", "fp16", "--observed", "bad.txt",
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.stdout
     done = _hscale("vectors", "explain", str(LEVEL0), "gemm-order-2p24", "0", "0", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     for needle in ("block 0: sA 0x70 sB 0x78 -> 16777216.0", "S = 2.0 exactly",
                    "fp32 sums of the block values in every order and grouping: 00000000, "
                    "3f800000, 40000000", "observed-file line: gemm-order-2p24 0 0 40000000"):
         assert needle in done.stdout, done.stdout
-    done = _hscale("vectors", "check", str(LEVEL0), "--observed", str(tmp_path / "x.txt"),
-                   "--gemm-model", "fp8", cwd=tmp_path)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1
-    assert "--gemm-model fp8: one of fp32, fp32-faithful, fp16" in done.stderr, done.stderr
+    for args, words in ((["--gemm-model", "fp8"], "--gemm-model fp8: one of fp32, "
+                                                  "fp32-faithful, fp16"),
+                        (["--gemm-model", "fp32", "--recipe", "exact"],
+                         "--recipe and --gemm-model: one kind's sets at a time")):
+        done = _hscale("vectors", "check", "--observed", "bad.txt", *args, cwd=tmp_path)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1
+        assert words in done.stderr, done.stderr
 
 
 def test_the_committed_gemm_sets_are_what_the_reference_renders():
-    from hscale.vectors.gemm_files import level_files
-    files, index, count = level_files(0, 20240601)
-    assert count == 24 and set(index) == {f"NVFP4-GEMM-{k}" for k in range(1, 9)}
+    from hscale.vectors.gemm_files import level0_cases, render_files
+    from hscale.vectors.catalogue import clause_index
+    cases = level0_cases(20240601)
+    files = render_files(cases, 0, 20240601, json.loads(
+        (LEVEL0 / "manifest.json").read_text())["spec_version"])
+    assert len(cases) == 24 and set(clause_index(cases)) == {f"NVFP4-GEMM-{k}"
+                                                             for k in range(1, 9)}
     for name, data in files.items():
         assert (LEVEL0 / name).read_bytes() == data, name
     assert Path(LEVEL0 / "gemm_nvfp4.hex").stat().st_size < 400_000

@@ -16,11 +16,10 @@ from hscale.backends import load
 from hscale.judge.cases import GemmCase
 from hscale.judge.gemm import GemmDomain, gemm_arguments, judge_gemm, observe_gemm
 from hscale.judge.gemm_builders import q8_0_activations, random_nvfp4
-from hscale.vectors import LEVEL0_DIR
-from hscale.vectors.check import open_vectors
+from hscale.vectors.gemm_files import stored_cases
 
 PREFIX = "hscale.backends.interop."
-VECTORS = {case_id: case for case_id, (_, case, _) in open_vectors(LEVEL0_DIR).others.items()}
+VECTORS = stored_cases()
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 

@@ -91,16 +91,17 @@ def test_manifest_lists_every_file_with_its_sha256():
 # ------------------------------------------------------------------------------------------
 
 def test_every_clause_has_a_level0_case():
-    """Every clause has a case (the sets of the other kinds, GEMM, included), or a stated
-    reason (the checkpoint layouts only)."""
-    from hscale.vectors.catalogue import NO_VECTOR_CASE, set_kinds
-    covered = clause_index(level0_cases() + [case for kind in set_kinds()
-                                             for case in kind.level_cases(0, DEFAULT_SEED)])
+    """Every clause has a case, or a stated reason (the checkpoint layouts only)."""
+    from hscale.vectors.catalogue import NO_VECTOR_CASE, DEFAULT_SEED
+    from hscale.vectors.families import level0_family_cases
+    every = level0_cases() + [c for cases in level0_family_cases(DEFAULT_SEED).values()
+                              for c in cases]
+    covered = clause_index(every)
     missing = [c for c in clause_ids() if c not in covered and c not in NO_VECTOR_CASE]
     assert not missing, f"clauses without a level-0 vector case: {missing}"
     assert set(NO_VECTOR_CASE) == {"NVFP4-CKPT-1", "NVFP4-CKPT-2", "NVFP4-CKPT-3",
-                                   "NVFP4-ACT-1", "NVFP4-ACT-2", "NVFP4-ACT-3", "NVFP4-ACT-4",
-                                   "NVFP4-GGUF-1", "NVFP4-CKPT-4", "HSCALE-CAL-2"}
+                                   "NVFP4-ACT-4", "NVFP4-ACT-9", "NVFP4-GGUF-1", "NVFP4-CKPT-4",
+                                   "HSCALE-CAL-2"}
     assert not set(NO_VECTOR_CASE) & set(covered), "a clause with a case needs no reason"
     assert "NVFP4-GS-4" in covered
 
@@ -467,20 +468,21 @@ def _data_lines(path: Path) -> list[str]:
     return [line for line in path.read_text().splitlines() if line and not line.startswith("//")]
 
 
-def _other_kind_stems(directory: Path) -> set[str]:
-    """The sets of the other kinds (GEMM): their files have their own forms (tested in
+def weight_sets(directory: Path, pattern: str) -> list[Path]:
+    """The weight sets' files of a vector directory (the act_* sets are the activation kind's,
+    tests/test_activation_vectors.py; the gemm_* sets the gemm kind's,
     tests/test_gemm_vectors.py)."""
-    return {p.stem for p in directory.glob("*.json") if p.name != formats.MANIFEST
-            and json.loads(p.read_text()).get("kind")}
+    from hscale.vectors.families import families
+    prefixes = tuple(family.SET_PREFIX for family in families().values())
+    return [p for p in directory.glob(pattern) if not p.name.startswith(prefixes)]
 
 
 def _hex_case_keys(directory: Path) -> dict[str, str]:
     """'<set>:<index>' -> case id, read from the .hex files themselves: the index is the
     `case` field of the data lines (hex), the id the one the case table gives that index."""
     keys = {}
-    for path in sorted(directory.glob("*.hex")):
-        if path.name.endswith((".gs.hex", ".swz.hex")) or \
-                path.name[:-len(".hex")] in _other_kind_stems(directory):
+    for path in sorted(weight_sets(directory, "*.hex")):
+        if path.name.endswith((".gs.hex", ".swz.hex")):
             continue
         table = {}
         for line in path.read_text().splitlines():
@@ -505,9 +507,8 @@ def _lines_with(transform, lines=None, **options) -> list[str]:
 def test_index_keys_name_the_cases_of_the_hex_case_table(tmp_path):
     from hscale.vectors.check import open_vectors
     keys = open_vectors(LEVEL0).keys
-    others = _other_kind_stems(LEVEL0)
-    assert {k: v for k, v in keys.items() if not k.startswith("errors:")
-            and k.split(":")[0] not in others} == _hex_case_keys(LEVEL0)
+    assert {k: v for k, v in keys.items() if not k.startswith("errors:")} == \
+        _hex_case_keys(LEVEL0)
     lines = observed_lines(LEVEL0, index_keys=True)
     assert lines[0].split()[0] == "bf16_hscale_maxabs_K16_U6_C448:0"
     status, text = _run_check(_observed(tmp_path, lines), require_all=True)
@@ -620,8 +621,8 @@ def test_reciprocal_global_scales_in_the_vectors_follow_nvfp4_gs4():
     """expected.global_scale_reciprocal is fp32(1/s_g) and _reads_back says whether fp32(1/r) is
     s_g, computed here with fractions; the gs4 cases are the writer's chain."""
     vectors = load_vectors(LEVEL0)
-    for path in sorted(LEVEL0.glob("*.json")):
-        if path.name == formats.MANIFEST or path.stem in _other_kind_stems(LEVEL0):
+    for path in sorted(weight_sets(LEVEL0, "*.json")):
+        if path.name == formats.MANIFEST:
             continue
         for entry in json.loads(path.read_text())["cases"]:
             if "error" in entry["expected"]:
@@ -660,8 +661,7 @@ def test_gsr_lines_are_read_as_the_stored_reciprocal(tmp_path):
     lines = observed_lines(LEVEL0, reciprocal=True)
     assert "gs4-reciprocal-one-ulp-off gsr 4527fff5" in lines
     not_read_back = sorted(
-        entry["id"] for path in LEVEL0.glob("*.json") if path.name != formats.MANIFEST
-        and path.stem not in _other_kind_stems(LEVEL0)
+        entry["id"] for path in weight_sets(LEVEL0, "*.json") if path.name != formats.MANIFEST
         for entry in json.loads(path.read_text())["cases"]
         if "error" not in entry["expected"]
         and not entry["expected"]["global_scale_reciprocal_reads_back"])
@@ -731,9 +731,8 @@ def test_swizzled_offsets_in_the_swz_files_and_the_observed_field(tmp_path):
             assert scale == case.expected.scale_bytes[r, k]
             assert case.expected.swizzled_scale_bytes()[offset] == scale
             checked += 1
-    assert checked == sum(len(_data_lines(p)) for p in LEVEL0.glob("*.hex")
-                          if not p.name.endswith((".gs.hex", ".swz.hex"))
-                          and p.name[:-len(".hex")] not in _other_kind_stems(LEVEL0))
+    assert checked == sum(len(_data_lines(p)) for p in weight_sets(LEVEL0, "*.hex")
+                          if not p.name.endswith((".gs.hex", ".swz.hex")))
     lines = observed_lines(LEVEL0, swizzled=True)
     status, text = _run_check(_observed(tmp_path, lines), require_all=True)
     assert status == 0, text[-2000:]

@@ -831,15 +831,6 @@ SECTIONS = (_e2m1, _e4m3, _global_scale, _zero_groups, _groups, _ties, _objectiv
             _gptq, _errors)
 
 
-def set_kinds():
-    """The vector sets of the other kinds of implementation, each a module with its own files
-    (``level_files``, ``level_cases``, ``owns``, ``verify_document``, ``case_from_json``,
-    ``expected_lines``, ``check_lines``, ``explain_element``): the block-scaled GEMM
-    (vectors/gemm_files.py)."""
-    from . import gemm_files
-    return (gemm_files,)
-
-
 #: Clauses of docs/spec.md with no level-0 case, and why (docs/vectors.md's clause table).
 NO_VECTOR_CASE = {
     clause: ("a checkpoint's file layout (tensor names and dtypes, config keys), not a "
@@ -847,12 +838,12 @@ NO_VECTOR_CASE = {
              "scale bytes, s_g and its reciprocal r) is in the vectors; the layouts are tested "
              "by tests/test_quantize_model.py and tests/test_check.py (`hscale check`)")
     for clause in ("NVFP4-CKPT-1", "NVFP4-CKPT-2")}
-NO_VECTOR_CASE.update({clause: (
-    "the engines' run-time quantization of activations (a profile of their kernels: "
-    "reciprocal multiplies, no 0x01 floor), not the weight quantizer's inputs and outputs; "
-    "tested against an independent torch / ml_dtypes route by "
-    "tests/test_activation_quantization.py")
-    for clause in ("NVFP4-ACT-1", "NVFP4-ACT-2", "NVFP4-ACT-3", "NVFP4-ACT-4")})
+NO_VECTOR_CASE["NVFP4-ACT-4"] = (
+    "the decoded activation follows from the scale bytes and codes the act_* sets hold "
+    "(NVFP4-DEQ-1's rule); tested by tests/test_activation_quantization.py")
+NO_VECTOR_CASE["NVFP4-ACT-9"] = (
+    "a group holding a NaN or an infinity has no specified result, so no expected output to "
+    "store; the suite feeds such groups and judges the others (conformance/test_activations.py)")
 NO_VECTOR_CASE["NVFP4-GGUF-1"] = (
     "a file layout (llama.cpp's 64-weight blocks and .scale tensor), not a quantizer's inputs "
     "and outputs; tested against gguf's own dequantizer by tests/test_gguf.py")

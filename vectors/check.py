@@ -42,7 +42,7 @@ from hscale.reference.global_scale import multiplier_from_reciprocal, reciprocal
 from hscale.reference.packing import swizzle_offset
 
 from . import formats, hexio
-from .catalogue import set_kinds
+from .families import family_of
 from .observed import CaseObservations, UnreadableObserved, parse_line, read_observed
 from .serialize import MalformedVectors, read_case, read_vector_document
 from .slips import GroupWord, file_slip, group_slip
@@ -139,13 +139,13 @@ def _set_files(path: Path) -> tuple[Path, list[str], str]:
 
 @dataclass
 class Vectors:
-    """The cases of VECTORS: case id -> (file name, case), index key -> case id; ``others``:
-    the cases of the sets of other kinds (GEMM), case id -> (file name, case, its module)."""
+    """The cases of VECTORS: case id -> (file name, case), index key -> case id."""
 
     cases: dict[str, tuple[str, Case]]
     keys: dict[str, str] = field(default_factory=dict)
     note: str = ""
-    others: dict = field(default_factory=dict)
+    #: the cases of the other kinds' sets (hscale.vectors.families): case id -> (file, case)
+    family_cases: dict = field(default_factory=dict)
 
 
 def open_vectors(path) -> Vectors:
@@ -158,17 +158,17 @@ def open_vectors(path) -> Vectors:
     for name in names:
         file_path = directory / name
         document, entries = read_vector_document(file_path)
-        kind = next((k for k in set_kinds() if k.owns(document)), None)
-        for number, entry in enumerate(entries):
-            if kind is not None:  # a set of another kind (GEMM)
+        family = family_of(document)
+        if family is not None:
+            for number, entry in enumerate(entries):
                 try:
-                    other = kind.case_from_json(entry)
-                except (KeyError, ValueError, TypeError) as error:
+                    case = family.case_from_json(entry)
+                except (KeyError, ValueError, TypeError, IndexError) as error:
                     raise MalformedVectors(f"{file_path}: cases[{number}]: unreadable "
                                            f"({error})") from None
-                found.others[other.id] = (name, other, kind)
-                found.keys[f"{name[:-len('.json')]}:{number}"] = other.id
-                continue
+                found.family_cases[case.id] = (name, case)
+            continue
+        for number, entry in enumerate(entries):
             case = read_case(file_path, number, entry)
             if case.id in found.cases:
                 raise MalformedVectors(f"{file_path}: case {case.id} is also in "
@@ -222,45 +222,8 @@ class _Judging:
     observed_path: str
 
 
-def _other_kind_line(line: str, where: str, source: Vectors, other_lines: dict) -> str | None:
-    """A line ``KEY i j WORD`` for a case of another kind (a GEMM output element): recorded,
-    and '' returned; an error message for a malformed one; None for any other line."""
-    fields = line.split()
-    case_id = source.keys.get(fields[0], fields[0]) if fields else None
-    if case_id not in source.others:
-        return None
-    _, case, _ = source.others[case_id]
-    m, n, _ = case.shape
-    digits = hexio.word_digits(case.out_dtype)
-    if (len(fields) != 4 or not all(f.isdigit() for f in fields[1:3])
-            or len(fields[3]) != digits or any(c not in "0123456789abcdefABCDEF"
-                                               for c in fields[3])):
-        return (f"{where}: {line!r}: a GEMM output line is 'KEY i j OUT' with OUT the "
-                f"{case.out_dtype} bits ({digits} hex digits)")
-    i, j = int(fields[1]), int(fields[2])
-    if not (i < m and j < n):
-        return f"{where}: case {case_id} is {m} x {n}: there is no output element ({i}, {j})"
-    other_lines.setdefault(case_id, {})[(i, j)] = fields[3].lower()
-    return ""
-
-
-def gemm_model_check(source: Vectors, other_lines: dict, model: str, out, max_errors: int):
-    """(lines checked, wrong) of the GEMM output lines, each kind judging its own."""
-    checked = wrong = 0
-    for kind in dict.fromkeys(entry[2] for entry in source.others.values()):
-        mine = {case_id: values for case_id, values in other_lines.items()
-                if source.others[case_id][2] is kind}
-        if mine:
-            done, bad = kind.check_lines({case_id: source.others[case_id][:2]
-                                          for case_id in mine}, mine, model, out,
-                                         max(1, max_errors - wrong))
-            checked, wrong = checked + done, wrong + bad
-    return checked, wrong
-
-
 def check(vectors_path, observed_path, max_errors: int = 20, out=None,
-          require_all: bool = False, profile: str = EXACT, allowances=(),
-          gemm_model: str = "fp32") -> int:
+          require_all: bool = False, profile: str = EXACT, allowances=()) -> int:
     """Print mismatches under ``profile`` (exact, faithful, format) and ``allowances``; return
     0 when every observed line conforms, 1 otherwise. Before anything is judged: a bad profile
     or allowance raises ``ValueError``, unreadable or damaged vectors ``MalformedVectors``, an
@@ -274,15 +237,12 @@ def check(vectors_path, observed_path, max_errors: int = 20, out=None,
     if source.note:
         print(source.note, file=out)
     observations: dict[str, CaseObservations] = {}
-    other_lines: dict[str, dict] = {}  # a GEMM case id -> {(i, j): output word}
     for number, raw in enumerate(lines, 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        problem = _other_kind_line(line, f"{observed_path}:{number}", source, other_lines)
-        if problem is None:
-            problem = parse_line(line, raw, f"{observed_path}:{number}", source.cases,
-                                 source.keys, observations)
+        problem = parse_line(line, raw, f"{observed_path}:{number}", source.cases, source.keys,
+                             observations)
         if problem and report.error(problem):
             break
 
@@ -294,37 +254,21 @@ def check(vectors_path, observed_path, max_errors: int = 20, out=None,
             if report.stopped or _judge_case(source.cases[case_id], obs, unslipped, judging,
                                              report):
                 break
-    if other_lines and not report.stopped:
-        done, wrong = gemm_model_check(source, other_lines, gemm_model, out,
-                                       max_errors - report.errors)
-        checked += done
-        report.wrong += wrong
-        report.errors += wrong
     total = sum(int(np.prod(case.shape)) // GROUP for _, case in source.cases.values()
                 if not isinstance(case.expected, Rejection))
     seen = sum(len(o.groups) for o in observations.values())
-    outputs = sum(int(np.prod(case.shape[:2])) for _, case, _ in source.others.values())
-    outputs_seen = sum(len(values) for values in other_lines.values())
     if report.stopped:
         print(f"stopped after {plural(report.errors, 'error')} (--errors {max_errors})", file=out)
     slipped = f" ({report.slipped} of them only the byte order above)" if report.slipped else ""
-    gemm = (f"; {outputs_seen} of {plural(outputs, 'GEMM output element')} observed (judged "
-            f"under the {gemm_model} accumulation model)" if outputs else "")
     print(f"{plural(checked, 'observed line')} checked, {plural(report.wrong, 'error')}"
-          f"{slipped}; {seen} of {plural(total, 'group')} of the vectors observed{gemm}",
-          file=out)
+          f"{slipped}; {seen} of {plural(total, 'group')} of the vectors observed", file=out)
     if checked == 0:  # every line was malformed: each is an error above
         print(f"{observed_path}: no line could be read as a result", file=out)
         return 1
-    # --require-all asks for every case of each kind the file has results of: a weight
-    # quantizer's file need not hold GEMM outputs, nor a GEMM's file groups
-    lacking = [plural(total - seen, 'group')] if observations and seen < total else []
-    if other_lines and outputs_seen < outputs:
-        lacking.append(plural(outputs - outputs_seen, "GEMM output element"))
-    missing = require_all and bool(lacking) and not report.stopped
+    missing = require_all and seen < total and not report.stopped
     if missing:
-        print(f"{' and '.join(lacking)} of the vectors are missing from the observed file "
-              "(--require-all)", file=out)
+        print(f"{plural(total - seen, 'group')} of the vectors are missing from the observed "
+              "file (--require-all)", file=out)
     print(_verdict(judging, report, missing), file=out)
     return 1 if report.wrong or missing else 0
 
@@ -527,12 +471,11 @@ def _swizzle_findings(case: Case, row: int, group: int, line) -> list[Finding]:
 # ------------------------------------------------------------------------------------------
 
 def observed_lines(vectors_path, with_global_scale: bool = True, index_keys: bool = False,
-                   swizzled: bool = False, reciprocal: bool = False,
-                   other_kinds: bool = False) -> list[str]:
+                   swizzled: bool = False, reciprocal: bool = False) -> list[str]:
     """The correct observed file for VECTORS (what a conforming implementation would write):
     keyed by case id or (``index_keys``) by ``<set>:<case_index>``, with the swizzled offset
     of each scale byte (``swizzled``), the global scale as ``gs`` or (``reciprocal``) as the
-    stored reciprocal ``gsr`` (NVFP4-GS-4); with ``other_kinds``, the GEMM output lines too."""
+    stored reciprocal ``gsr`` (NVFP4-GS-4)."""
     source = open_vectors(vectors_path)
     key_of = {case_id: key for key, case_id in source.keys.items()} if index_keys else {}
     lines = []
@@ -554,8 +497,4 @@ def observed_lines(vectors_path, with_global_scale: bool = True, index_keys: boo
                 if swizzled:
                     line += f" {_want_offset(case, r, i):08x}"
                 lines.append(line)
-    for kind in dict.fromkeys(entry[2] for entry in source.others.values()
-                              if other_kinds):
-        lines += kind.expected_lines({case_id: entry[:2] for case_id, entry
-                                      in source.others.items() if entry[2] is kind}, key_of)
     return lines

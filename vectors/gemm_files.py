@@ -1,11 +1,11 @@
 """The GEMM vector sets in their files (docs/vectors.md, "GEMM / MMA vectors"): JSON (the
 authoritative form: operands in hex, the exact sums, the spec's result and each model's
 admissible interval per output element), ``.npz``, and for the NVFP4 x NVFP4 set a ``.hex``
-file of MMA steps for ``$readmemh``; and what ``hscale vectors verify / check / expect /
-explain`` do with them.
+file of MMA steps for ``$readmemh``; and what ``hscale vectors verify / check --gemm-model /
+expect --gemm-model / explain`` do with them.
 
-A GEMM set's JSON has ``"kind": "gemm"`` in its header; the weight sets' readers leave such
-files to this module (``vectors.catalogue.SET_KINDS``).
+The gemm kind's vector family (``hscale.vectors.families``): a GEMM set's JSON has the format
+``FORMAT_NAME`` and a name starting ``gemm_``.
 """
 
 from __future__ import annotations
@@ -25,10 +25,14 @@ from hscale.reference.float_formats import FLOAT32, float_format
 from hscale.reference.gemm import Nvfp4Tensor, decoded_units
 
 from . import hexio
-from .formats import CONVENTIONS, FORMAT_NAME, FORMAT_VERSION, dumps
-from .gemm import NVFP4_SET, gemm_sets
+from .formats import CONVENTIONS, dumps
+from .gemm import NVFP4_SET, WEIGHT_ONLY_SET, gemm_sets
 
 KIND = "gemm"
+FORMAT_NAME = "hscale-nvfp4-gemm-vectors"
+#: Every GEMM set's name starts so (``gemm_nvfp4``, ``gemm_weightonly``).
+SET_PREFIX = "gemm_"
+FORMAT_VERSION = 1
 #: The accumulation models whose admissible intervals every GEMM vector lists.
 MODELS = ("fp32", "fp32-faithful", "fp16", "bf16")
 #: Elements with at most this many blocks list every result of summing their block values in
@@ -279,28 +283,34 @@ def render_set(name: str, cases: list[GemmCase], level: int, seed: int,
     return out
 
 
-def level_files(level: int, seed: int, spec_version: str = SPEC_VERSION):
-    """(file name -> bytes, clause -> case IDs, number of cases) of the GEMM sets of a level
-    (level 0 only: the other levels are the weight quantizer's sweeps)."""
-    if level != 0:
-        return {}, {}, 0
-    out, index, count = {}, {}, 0
-    for name, cases in gemm_sets(seed).items():
-        out.update(render_set(name, cases, level, seed, spec_version))
-        for case in cases:
-            count += 1
-            for clause in case.clauses:
-                index.setdefault(clause, []).append(case.id)
-    return out, index, count
+def level0_cases(seed: int) -> list[GemmCase]:
+    """The level-0 GEMM cases (the GEMM sets have no level 1 or 2)."""
+    return [case for cases in gemm_sets(seed).values() for case in cases]
 
 
-def level_cases(level: int, seed: int) -> list[GemmCase]:
-    """The GEMM cases of a level (level 0 only)."""
-    return [case for cases in gemm_sets(seed).values() for case in cases] if level == 0 else []
+def stored_cases(directory=None) -> dict[str, GemmCase]:
+    """case id -> GEMM case of the sets stored in ``directory`` (default: the committed level
+    0), as ``hscale vectors check`` reads them: what the suite and ``hscale interop`` run."""
+    from .catalogue import LEVEL0_DIR
+    from .check import open_vectors
+    opened = open_vectors(LEVEL0_DIR if directory is None else directory)
+    return {case_id: case for case_id, (name, case) in opened.family_cases.items()
+            if name.startswith(SET_PREFIX)}
 
 
-def owns(document) -> bool:
-    return isinstance(document, dict) and document.get("kind") == KIND
+def set_name(case: GemmCase) -> str:
+    return WEIGHT_ONLY_SET if case.weight_only else NVFP4_SET
+
+
+def render_files(cases, level: int, seed: int, spec_version: str) -> dict[str, bytes]:
+    """File name -> bytes of every GEMM set of ``cases``."""
+    sets: dict[str, list] = {}
+    for case in cases:
+        sets.setdefault(set_name(case), []).append(case)
+    out = {}
+    for name, members in sorted(sets.items()):
+        out.update(render_set(name, members, level, seed, spec_version))
+    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -329,47 +339,77 @@ def verify_document(name: str, document: dict, level: int, seed: int, spec_versi
     return problems, render_set(name[:-len(".json")], cases, level, seed, spec_version), cases
 
 
-def expected_lines(cases: dict[str, tuple[str, GemmCase]], key_of: dict) -> list[str]:
-    """The observed lines a conforming GEMM writes: ``KEY i j OUT`` (the spec's result)."""
+def observed_lines(cases, recipe: str = "fp32") -> list[str]:
+    """What a conforming GEMM writes for ``cases``: ``CASE i j OUT`` per output element, OUT
+    the spec's result in the case's output dtype (admissible under every accumulation model:
+    ``recipe``, the model, changes nothing but is checked)."""
+    GemmModel.parse(recipe)
     lines = []
-    for case_id, (_, case) in cases.items():
-        key = key_of.get(case_id, case_id)
-        words = _words(case.reference_outputs, case.out_dtype)
-        for i, row in enumerate(words):
-            lines += [f"{key} {i} {j} {word}" for j, word in enumerate(row)]
+    for case in cases:
+        for i, row in enumerate(_words(case.reference_outputs, case.out_dtype)):
+            lines += [f"{case.id} {i} {j} {word}" for j, word in enumerate(row)]
     return lines
 
 
-def check_lines(cases: dict, observed: dict, model: str, out, max_errors: int) -> tuple[int, int]:
-    """Judge observed GEMM outputs (case id -> {(i, j): bits}) under ``model``; print each
-    wrong element with its findings. Returns (elements checked, wrong)."""
-    checked = wrong = 0
-    for case_id, values in observed.items():
-        _, case = cases[case_id]
+def _read_lines(by_id: dict, lines: list[str]) -> dict[str, dict]:
+    """case id -> {(i, j): output word} of the observed lines; a ValueError names a line that
+    is not ``CASE i j OUT`` of a GEMM case."""
+    seen: dict[str, dict] = {}
+    for number, line in enumerate(lines, 1):
+        words = line.split("#", 1)[0].split()
+        if not words or line.lstrip().startswith("//"):
+            continue
+        if words[0] not in by_id:
+            raise ValueError(f"line {number}: no GEMM case {words[0]!r} (hscale vectors expect "
+                             "--gemm-model M lists them)")
+        case = by_id[words[0]]
         m, n, _ = case.shape
-        dtype = float_format(case.out_dtype).dtype
-        reference = case.reference_outputs.astype(np.float64)
-        result = reference.copy()
+        digits = hexio.word_digits(case.out_dtype)
+        if (len(words) != 4 or not all(w.isdigit() for w in words[1:3])
+                or len(words[3]) != digits
+                or any(c not in "0123456789abcdefABCDEF" for c in words[3])):
+            raise ValueError(f"line {number}: expected 'CASE i j OUT' with OUT the "
+                             f"{case.out_dtype} bits ({digits} hex digits), found "
+                             f"{line.strip()!r}")
+        i, j = int(words[1]), int(words[2])
+        if not (i < m and j < n):
+            raise ValueError(f"line {number}: case {case.id} is {m} x {n}: there is no output "
+                             f"element ({i}, {j})")
+        seen.setdefault(case.id, {})[(i, j)] = words[3].lower()
+    return seen
+
+
+def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20) -> tuple[list, int]:
+    """``(report lines, errors)``: each case the observed lines cover, judged under the
+    accumulation model ``recipe`` (hscale.judge.gemm), TestFloat-style: each wrong output
+    element with its expected and observed bits and its finding."""
+    domain = GemmDomain(GemmModel.parse(recipe))
+    by_id = {case.id: case for case in cases}
+    report, errors = [], 0
+    for case_id, values in _read_lines(by_id, lines).items():
+        case = by_id[case_id]
+        m, n, _ = case.shape
+        result = case.reference_outputs.astype(np.float64)
         for (i, j), word in values.items():
-            result[i, j] = hexio.from_words([word], hexio.dtype_name(dtype))[0]
-        checked += len(values)
-        domain = GemmDomain(GemmModel.parse(model))
-        diagnosis = judge_gemm(case, result, model, domain)
+            result[i, j] = hexio.from_words([word], hexio.dtype_name(
+                float_format(case.out_dtype).dtype))[0]
+        if len(values) < m * n:
+            report.append(f"{case_id}: {m * n - len(values)} of {m * n} output elements "
+                          "missing from the file (judged as the expected ones)")
+        diagnosis = judge_gemm(case, result, recipe, domain)
         for finding in diagnosis.findings:
-            if tuple(finding.output) not in values:
-                continue
-            wrong += 1
-            print(f"{case_id} {finding.output[0]} {finding.output[1]} => "
-                  f"{finding.observed}  expected: {finding.expected}\n  {finding.render()}",
-                  file=out)
-            if wrong >= max_errors:
-                return checked, wrong
-        wrong += diagnosis.unlisted.get("NVFP4-GEMM-7", 0)
-    return checked, wrong
+            errors += 1
+            if errors <= max_errors:
+                i, j = finding.output
+                report.append(f"{case_id} {i} {j} => {finding.observed}  expected: "
+                              f"{finding.expected}\n  {finding.render()}")
+        errors += diagnosis.unlisted.get("NVFP4-GEMM-7", 0)
+    return report, errors
 
 
-def explain_element(file_name: str, case: GemmCase, i: int, j: int) -> str:
-    """Output element (i, j) of a GEMM vector worked end to end."""
+def explain(file_name: str, case: GemmCase, i: int, j: int) -> str:
+    """Output element (i, j) of a GEMM vector worked end to end (``hscale vectors explain CASE
+    I J``)."""
     m, n, k = case.shape
     if not (0 <= i < m and 0 <= j < n):
         raise ValueError(f"case {case.id} is {m} x {n}: there is no output element ({i}, {j})")

@@ -87,12 +87,11 @@ def spec_differences(backend) -> dict:
     """The level-0 GEMM vectors on the backend (each in its declared domain), judged under the
     spec's own model: elements differing from the spec's result, and outside its interval."""
     from hscale.judge.gemm import GemmDomain, gemm_arguments, judge_gemm, observe_gemm, out_hex
-    from hscale.vectors import LEVEL0_DIR
-    from hscale.vectors.check import open_vectors
+    from hscale.vectors.gemm_files import stored_cases
 
     domain = GemmDomain.of(backend)
     counts, clauses, examples, skipped = Counter(), Counter(), {}, Counter()
-    for case_id, (_, case, _) in open_vectors(LEVEL0_DIR).others.items():
+    for case_id, case in stored_cases().items():
         if case.out_dtype not in domain.out_dtypes:
             case = case.with_(out_dtype=domain.out_dtypes[0])
         run_case, why = domain.in_domain(case)

@@ -60,6 +60,8 @@ class Diagnosis:
     tolerance_uses: int = 0  # groups accepted only thanks to the objective tolerance
     groups: int = 0
     note: str = ""
+    #: per finding, what would excuse it (``excusing_allowances``); None: not searched
+    excused_by: list | None = None
 
     @property
     def ok(self) -> bool:
@@ -257,8 +259,10 @@ def diagnose(case: Case, observed: QuantizedWeight, *, profile: str = EXACT, all
         diagnosis.allowance_uses = Counter({k: v for k, v in cert.uses.items() if v})
         diagnosis.tolerance_uses = cert.tolerance_uses
     if name_allowances and diagnosis.findings:
+        diagnosis.excused_by = excusing_allowances(case, observed, diagnosis.findings, profile,
+                                                   allowances)
         diagnosis.findings = name_excusing_allowances(case, observed, diagnosis.findings, profile,
-                                                      allowances)
+                                                      allowances, diagnosis.excused_by)
     return diagnosis
 
 
@@ -269,13 +273,19 @@ NAMING_LIMIT = 1 << 20
 NAMING_FINDINGS = 1 << 12
 
 
-def name_excusing_allowances(case: Case, observed: QuantizedWeight, findings: list[Finding],
-                             profile: str, allowances) -> list[Finding]:
-    """The findings, each one that a single further allowance would excuse saying so: the
-    faithful (or format) certificate with that allowance added has no finding at its place
-    (its element, its group, or the tensor for a finding about s_g), where without it it has."""
+#: In ``excusing_allowances``: the faithful profile itself (its tolerance) accepts the place.
+THE_FAITHFUL_PROFILE = "the faithful profile"
+
+
+def excusing_allowances(case: Case, observed: QuantizedWeight, findings: list[Finding],
+                        profile: str, allowances) -> list[tuple[str, ...]] | None:
+    """Per finding, what would excuse it: the allowances each of which, added alone, leaves the
+    faithful (or format) certificate without a finding at its place (its element, its group, or
+    the tensor for a finding about s_g); ``(THE_FAITHFUL_PROFILE,)`` where that certificate
+    already has none there (a finding of the exact profile only); ``()`` where nothing single
+    does. None when the result is too large to search, or its findings' places are unknown."""
     if int(np.prod(case.shape)) > NAMING_LIMIT:
-        return findings
+        return None
     from .profiles import ALLOWANCES
     judge_choice = profile != FORMAT
     allowances = frozenset(allowances)
@@ -289,7 +299,7 @@ def name_excusing_allowances(case: Case, observed: QuantizedWeight, findings: li
     base = places(certify(case, observed, strict=False, allowances=allowances,
                           judge_choice=judge_choice, limit=NAMING_FINDINGS))
     if base is None:
-        return findings
+        return None
     excused: dict = {}
     for name in (a for a in ALLOWANCES if a not in allowances):
         left = places(certify(case, observed, strict=False, allowances=allowances | {name},
@@ -298,12 +308,31 @@ def name_excusing_allowances(case: Case, observed: QuantizedWeight, findings: li
             continue
         for place in base - left:
             excused.setdefault(place, []).append(name)
+    out = []
+    for finding in findings:
+        place = (finding.group, finding.element)
+        if profile == EXACT and place not in base and (finding.group, None) not in base \
+                and (finding.group is not None or (None, None) not in base):
+            out.append((THE_FAITHFUL_PROFILE,))
+            continue
+        names = excused.get(place) or (excused.get((finding.group, None))
+                                       if finding.group is not None else None)
+        out.append(tuple(names or ()))
+    return out
+
+
+def name_excusing_allowances(case: Case, observed: QuantizedWeight, findings: list[Finding],
+                             profile: str, allowances, excusers=None) -> list[Finding]:
+    """The findings, each one that a single further allowance would excuse saying so
+    (``excusing_allowances``, unless given)."""
+    if excusers is None:
+        excusers = excusing_allowances(case, observed, findings, profile, allowances)
+    if excusers is None:
+        return findings
     hint = " (--profile faithful --allow {})" if profile == EXACT else " (--allow {})"
     named = []
-    for finding in findings:
-        names = excused.get((finding.group, finding.element)) or (
-            excused.get((finding.group, None)) if finding.group is not None else None)
-        if names:
+    for finding, names in zip(findings, excusers):
+        if names and names != (THE_FAITHFUL_PROFILE,):
             finding = replace(finding, text=finding.text + f"; the allowance {' or '.join(names)} "
                               "would excuse this" + hint.format(names[0]))
         named.append(finding)

@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from hscale.backends import CAPABILITIES
-from hscale.reference.activations import ACTIVATION_RECIPES
+from hscale.reference.activations import ACTIVATION_RECIPES, GLOBAL_SCALE_MODES
+
+from .activation_domain import ACTIVATION_DTYPE_NAMES, ACTIVATION_LAYOUTS, SCALE_CONVENTIONS
 
 from .gemm import declaration_json
 
@@ -51,22 +53,34 @@ JUDGED_ELSEWHERE = {
     "NVFP4-GGUF-1": "a checkpoint layout (GGUF), judged on checkpoints by hscale check",
     "HSCALE-CAL-2": "the calibration of a W4A4 activation scale, judged on a calibration pass "
                     "(hscale quantize --scheme w4a4), not on a quantize call",
+    "NVFP4-ACT-4": "the decoded activation: it follows from the scale bytes and codes judged "
+                   "(NVFP4-DEQ-1's rule); no kernel returns it",
 }
+
+
+#: The default of a declaration that has none: the backend must declare it.
+REQUIRED = None
 
 
 @dataclass(frozen=True)
 class Declaration:
-    """An attribute a backend of a kind must set: ``attribute`` its name, ``meaning`` one line,
+    """An attribute a backend of a kind sets: ``attribute`` its name, ``meaning`` one line,
     ``choices`` the values it may take (a callable giving them, so that a table row can name
-    values defined elsewhere), ``many``: a set of them (``capabilities``) rather than one."""
+    values defined elsewhere), ``many``: a set of them (``capabilities``) rather than one,
+    ``default``: the value of a backend that does not set it (None: it must)."""
 
     attribute: str
     meaning: str
     choices: Callable[[], tuple] | None = None
     many: bool = False
+    default: object = REQUIRED
     #: reads and checks the declaration itself, defaults included: ``reader(backend, label)``
     #: returns the value the certificate records, or raises a ValueError naming it
     reader: Callable | None = None
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
 
     def read(self, backend, label: str):
         """The declared value, checked: a ValueError names the attribute, what it holds and
@@ -74,6 +88,8 @@ class Declaration:
         if self.reader is not None:
             return self.reader(backend, label)
         if not hasattr(backend, self.attribute):
+            if not self.required:
+                return sorted(self.default) if self.many else self.default
             raise ValueError(f"{label}: declares no {self.attribute!r} ({self.meaning})"
                              + self._allowed())
         value = getattr(backend, self.attribute)
@@ -85,6 +101,8 @@ class Declaration:
             unknown = sorted(str(v) for v in value if allowed is not None and v not in allowed)
             if unknown:
                 raise ValueError(f"{label}: {self.attribute}: unknown {unknown}" + self._allowed())
+            if not value:
+                raise ValueError(f"{label}: {self.attribute}: an empty set" + self._allowed())
             return sorted(str(v) for v in value)
         if allowed is not None and value not in allowed:
             raise ValueError(f"{label}: {self.attribute} = {value!r}" + self._allowed())
@@ -137,8 +155,19 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          "codes and scale bytes an engine feeds its FP4 matmul (docs/spec.md section 8)",
          ("NVFP4-ACT-",),
          ("quantize_activations",),
-         (Declaration("activation_recipe", "the field's recipe it follows (docs/spec.md "
-                      "section 8)", lambda: ACTIVATION_RECIPES),)),
+         (Declaration("activation_recipe", "the field's recipe it follows (NVFP4-ACT-5)",
+                      lambda: ACTIVATION_RECIPES),
+          Declaration("activation_global_scale", "how it gets the global scale: given (static) "
+                      "or computed from the tensor (dynamic), NVFP4-ACT-1",
+                      lambda: GLOBAL_SCALE_MODES, many=True, default=("static",)),
+          Declaration("activation_scale_convention", "what the global scale it takes and "
+                      "returns is: the quantization multiplier g (divisor) or a = 1/g "
+                      "(multiplier), NVFP4-ACT-1", lambda: SCALE_CONVENTIONS, default="divisor"),
+          Declaration("activation_scale_layout", "how it lays out the scale bytes, NVFP4-ACT-10",
+                      lambda: ACTIVATION_LAYOUTS, default="row-major"),
+          Declaration("activation_dtypes", "the input dtypes it takes, NVFP4-ACT-11",
+                      lambda: ACTIVATION_DTYPE_NAMES, many=True,
+                      default=ACTIVATION_DTYPE_NAMES))),
 )}
 
 
