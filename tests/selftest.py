@@ -108,6 +108,16 @@ def summary(report: dict) -> str:
             f"allowance uses {report.get('allowance_uses')}")
 
 
+def certificate_of(runs, run_name, backend_id):
+    """``(run, certificate)`` of one backend of one self-test run, failing with the run's
+    output when it wrote none."""
+    run = runs[run_name]
+    report = run.reports.get(backend_id)
+    assert report is not None, (f"run {run_name!r} wrote no certificate for {backend_id} (exit "
+                                f"{run.returncode}):\n{run.output[-4000:]}")
+    return run, report
+
+
 # ------------------------------------------------------------------------------------------
 # Every run of the self-tests, started together (longest first) by one session fixture
 # ------------------------------------------------------------------------------------------
