@@ -16,13 +16,10 @@ activation kind).
 
 from __future__ import annotations
 
-import traceback
-
 import numpy as np
 import pytest
 
-from hscale.conformance.certificate import RAISED_ON_VALID_INPUT
-from hscale.conformance.checker import Tally
+from hscale.conformance.checker import Tally, fail_raised
 from hscale.judge.activation_domain import ActivationDomain, observe_activations
 from hscale.judge.activations import ActivationCase, diagnose_activations
 from hscale.judge.builders import exact
@@ -103,11 +100,7 @@ class ActivationChecker:
         try:
             raw = self.call(case)
         except Exception as error:  # noqa: BLE001 - any exception on valid input fails the test
-            where = traceback.extract_tb(error.__traceback__)[-1]
-            text = "".join(traceback.format_exception_only(type(error), error)).strip()
-            pytest.fail(f"backend {self.label!r} {RAISED_ON_VALID_INPUT} (an error, not a "
-                        f"finding: nothing was judged)\n  case: {case.describe()}\n  {text}\n"
-                        f"  (at {where.filename}:{where.lineno})", pytrace=False)
+            fail_raised(self.label, case, error)
         observed, findings = observe_activations(raw, case.shape, self.domain)
         if findings:
             pytest.fail(self._header(case) + "\n"

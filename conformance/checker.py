@@ -53,6 +53,16 @@ OWN_BACKEND_MODULES = ("hscale.backends.", "hscale.conformance.mutants", "confor
 THIRD_PARTY_MODULES = ("hscale.backends.interop.",)
 
 
+def fail_raised(label: str, case, error: Exception) -> None:
+    """Fail the test: the backend raised on a valid input (an error, not a finding), with the
+    case and where it raised."""
+    where = traceback.extract_tb(error.__traceback__)[-1]
+    text = "".join(traceback.format_exception_only(type(error), error)).strip()
+    pytest.fail(f"backend {label!r} {RAISED_ON_VALID_INPUT} (an error, not a finding: nothing "
+                f"was judged)\n  case: {case.describe()}\n  {text}\n"
+                f"  (at {where.filename}:{where.lineno})", pytrace=False)
+
+
 @dataclass
 class Tally:
     """Per-backend counts that go into the certificate."""
@@ -186,11 +196,7 @@ class Checker:
         try:
             raw = self.backend.quantize(*args, **kwargs)
         except Exception as error:  # noqa: BLE001 - any exception on valid input fails the test
-            where = traceback.extract_tb(error.__traceback__)[-1]
-            text = "".join(traceback.format_exception_only(type(error), error)).strip()
-            pytest.fail(f"backend {self.label!r} {RAISED_ON_VALID_INPUT} (an error, not a "
-                        f"finding: nothing was judged)\n  case: {case.describe()}\n  {text}\n"
-                        f"  (at {where.filename}:{where.lineno})", pytrace=False)
+            fail_raised(self.label, case, error)
         self.raw, self.last_case = raw, case
         observed, findings = observe(raw, case, self.convention, self.domain.scale_layout)
         if findings:

@@ -16,14 +16,12 @@ Every GEMM test builds a :class:`~hscale.judge.cases.GemmCase` and hands it to
 
 from __future__ import annotations
 
-import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 
-from hscale.conformance.certificate import RAISED_ON_VALID_INPUT
 from hscale.judge.cases import GemmCase
 from hscale.judge.gemm import GemmDomain, gemm_arguments, judge_gemm, observe_gemm
 
@@ -109,11 +107,8 @@ class GemmChecker:
         try:
             raw = self.backend.gemm(a, b, out_dtype=run_case.out_dtype)
         except Exception as error:  # noqa: BLE001 - any exception on valid input fails the test
-            where = traceback.extract_tb(error.__traceback__)[-1]
-            text = "".join(traceback.format_exception_only(type(error), error)).strip()
-            pytest.fail(f"backend {self.label!r} {RAISED_ON_VALID_INPUT} (an error, not a "
-                        f"finding: nothing was judged)\n  case: {run_case.describe()}\n  {text}\n"
-                        f"  (at {where.filename}:{where.lineno})", pytrace=False)
+            from hscale.conformance.checker import fail_raised  # it imports GemmTally
+            fail_raised(self.label, run_case, error)
         observed, findings = observe_gemm(raw, run_case)
         if findings:
             pytest.fail(self._header(run_case) + "\n" +

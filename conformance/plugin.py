@@ -45,6 +45,7 @@ from hypothesis import HealthCheck, Phase, settings
 
 from hscale.conformance import certificate as cert
 from hscale.conformance.checker import Tally
+from hscale.judge.activations import judged_under
 from hscale.judge.clauses import clause_ids, is_known
 from hscale.judge.domain import Domain
 from hscale.judge.kinds import (DEFAULT_KINDS, JUDGED_ELSEWHERE, KINDS, Declared, declared_kinds,
@@ -290,7 +291,6 @@ def pytest_collection_modifyitems(session, config, items):
             continue
         clauses = [c for m in item.iter_markers("clause") for c in m.args]
         backend_id = getattr(getattr(item, "callspec", None), "params", {}).get("backend_id")
-        st.items[item.nodeid] = (backend_id, clauses)
         try:
             kind = kind_of_test(clauses)
         except ValueError as exc:
@@ -298,6 +298,10 @@ def pytest_collection_modifyitems(session, config, items):
         entry = st.backends.get(backend_id)
         if kind is not None and entry is not None and kind not in entry.declared.kinds:
             item.add_marker(pytest.mark.skip(reason=undeclared_kind_reason(entry, kind)))
+        elif kind == "activation" and entry is not None:
+            clauses = judged_under(
+                entry.declared.declarations["activation"]["activation_recipe"], clauses)
+        st.items[item.nodeid] = (backend_id, clauses)
     wanted = set(config.getoption("clause"))
     if wanted:
         selected = [item for item in items

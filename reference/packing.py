@@ -46,13 +46,19 @@ def swizzled_size(rows: int, scale_cols: int) -> int:
     return (-(-rows // SWIZZLE_ROWS)) * (-(-scale_cols // SWIZZLE_COLS)) * SWIZZLE_TILE
 
 
+def _tiled(scale_bytes: np.ndarray, size, offset) -> np.ndarray:
+    """Row-major scale bytes placed at ``offset(row, col, scale_cols)`` of a zeroed buffer of
+    ``size(rows, scale_cols)`` bytes: a tiled layout, its padding 0x00."""
+    rows, scale_cols = scale_bytes.shape
+    out = np.zeros(size(rows, scale_cols), dtype=np.uint8)
+    row, col = np.indices((rows, scale_cols))
+    out[offset(row, col, scale_cols)] = scale_bytes
+    return out
+
+
 def swizzle_scale_bytes(scale_bytes: np.ndarray) -> np.ndarray:
     """Row-major (m, n/16) scale bytes to the flat, zero-padded 128x4 layout (NVFP4-PACK-3)."""
-    rows, scale_cols = scale_bytes.shape
-    out = np.zeros(swizzled_size(rows, scale_cols), dtype=np.uint8)  # padding is 0x00
-    row, col = np.indices((rows, scale_cols))
-    out[swizzle_offset(row, col, scale_cols)] = scale_bytes  # NVFP4-PACK-3
-    return out
+    return _tiled(scale_bytes, swizzled_size, swizzle_offset)  # NVFP4-PACK-3
 
 
 def unswizzle_scale_bytes(swizzled: np.ndarray, rows: int, scale_cols: int) -> np.ndarray:
@@ -82,8 +88,4 @@ def swizzled_8x4_size(rows: int, scale_cols: int) -> int:
 
 def swizzle_scale_bytes_8x4(scale_bytes: np.ndarray) -> np.ndarray:
     """Row-major (m, n/16) scale bytes to the flat, zero-padded 8x4 layout (NVFP4-ACT-10)."""
-    rows, scale_cols = scale_bytes.shape
-    out = np.zeros(swizzled_8x4_size(rows, scale_cols), dtype=np.uint8)  # padding is 0x00
-    row, col = np.indices((rows, scale_cols))
-    out[swizzle_8x4_offset(row, col, scale_cols)] = scale_bytes  # NVFP4-ACT-10
-    return out
+    return _tiled(scale_bytes, swizzled_8x4_size, swizzle_8x4_offset)  # NVFP4-ACT-10

@@ -108,6 +108,16 @@ def summary(report: dict) -> str:
             f"allowance uses {report.get('allowance_uses')}")
 
 
+def certificate_of(runs, run_name, backend_id):
+    """``(run, certificate)`` of one backend of one self-test run, failing with the run's
+    output when it wrote none."""
+    run = runs[run_name]
+    report = run.reports.get(backend_id)
+    assert report is not None, (f"run {run_name!r} wrote no certificate for {backend_id} (exit "
+                                f"{run.returncode}):\n{run.output[-4000:]}")
+    return run, report
+
+
 # ------------------------------------------------------------------------------------------
 # Every run of the self-tests, started together (longest first) by one session fixture
 # ------------------------------------------------------------------------------------------
@@ -264,9 +274,15 @@ ENGINES_FAITHFUL = ["--profile", "faithful"] + [a for name in ENGINES_ALLOWANCES
                                                 for a in ("--allow", name)]
 
 
+def tests_on_path() -> dict:
+    """The environment of a run whose backends are modules of tests/ (vendor_kernels,
+    activation_kernels, gemm_kernels)."""
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent),
+                                                        os.environ.get("PYTHONPATH")]))}
+
+
 def vendor_runs() -> list[Run]:
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent),
-                                                       os.environ.get("PYTHONPATH")]))}
+    env = tests_on_path()
     return [Run("vendor-exact-rtn", [V + "exact_rtn"], env=env, quick=False, conform=True),
             Run("vendor-bf16", [V + "bf16_kernel"], BF16_FAITHFUL, env=env, quick=False,
                 conform=True),
@@ -305,8 +321,7 @@ def other_recipe_factory(implemented: str, declared: str) -> str:
 
 
 def activation_runs() -> list[Run]:
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent),
-                                                       os.environ.get("PYTHONPATH")]))}
+    env = tests_on_path()
     own = [A + factory for factory, _ in ACTIVATION_RECIPES.values()]
     others = [A + other_recipe_factory(i, d) for i in ACTIVATION_RECIPES
               for d in ACTIVATION_RECIPES if i != d]
@@ -350,8 +365,7 @@ def gemm_adapter_source() -> str:
 
 
 def gemm_runs(tmp: Path | None = None) -> list[Run]:
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent),
-                                                       os.environ.get("PYTHONPATH")]))}
+    env = tests_on_path()
     runs = [Run("gemm-kernels", [G + name for name in GEMM_KERNELS],
                 ["--quick", "--", "--hypothesis-profile", "mutant", *GEMM_ONLY], env=env,
                 quick=False, conform=True),

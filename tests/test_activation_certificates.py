@@ -10,25 +10,19 @@ the installed suite from outside the repository (the runs are tests/selftest.py'
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from selftest import (ACTIVATION_RECIPES, ACTIVATION_SLIPS, RECIPE_CLAUSES, other_recipe_factory,
-                      summary)
-
-
-def _certificate(runs, run_name, backend_id):
-    run = runs[run_name]
-    report = run.reports.get(backend_id)
-    assert report is not None, (f"run {run_name!r} wrote no certificate for {backend_id} (exit "
-                                f"{run.returncode}):\n{run.output[-4000:]}")
-    return run, report
+from selftest import (ACTIVATION_RECIPES, ACTIVATION_SLIPS, RECIPE_CLAUSES, certificate_of,
+                      other_recipe_factory, summary)
 
 
 @pytest.mark.selftest
 @pytest.mark.clause("SUITE-KINDS-1", "NVFP4-ACT-5")
 @pytest.mark.parametrize("recipe", list(ACTIVATION_RECIPES))
 def test_an_independent_kernel_conforms_under_its_recipe(selftest_runs, recipe):
-    run, cert = _certificate(selftest_runs, "activation-recipes", ACTIVATION_RECIPES[recipe][1])
+    run, cert = certificate_of(selftest_runs, "activation-recipes", ACTIVATION_RECIPES[recipe][1])
     assert cert["verdict"] == "conforms", f"{summary(cert)}\n{run.output[-4000:]}"
     assert cert["kinds_declared"] == ["activation"]
     part = cert["kinds"]["activation"]
@@ -57,7 +51,7 @@ def test_an_independent_kernel_conforms_under_its_recipe(selftest_runs, recipe):
 def test_a_kernel_fails_the_other_recipes_naming_their_clause(selftest_runs, implemented,
                                                               declared):
     backend_id = f"{ACTIVATION_RECIPES[implemented][1]}-as-{declared}"
-    run, cert = _certificate(selftest_runs, "activation-other-recipes", backend_id)
+    run, cert = certificate_of(selftest_runs, "activation-other-recipes", backend_id)
     assert cert["verdict"] == "does not conform", summary(cert)
     broken = set(cert["verdicts"]["clauses_broken"])
     assert broken & set(RECIPE_CLAUSES[declared]), (
@@ -70,7 +64,7 @@ def test_a_kernel_fails_the_other_recipes_naming_their_clause(selftest_runs, imp
                                   for name, (_, clause) in ACTIVATION_SLIPS.items()])
 def test_each_slip_of_the_fast_math_kernel_fails_naming_its_clause(selftest_runs, slip):
     backend_id, clause = ACTIVATION_SLIPS[slip]
-    run, cert = _certificate(selftest_runs, "activation-slips", backend_id)
+    run, cert = certificate_of(selftest_runs, "activation-slips", backend_id)
     assert cert["verdict"] == "does not conform", summary(cert)
     assert clause in cert["verdicts"]["clauses_broken"], summary(cert)
     assert cert["clauses"][clause]["status"] == "fail", cert["clauses"][clause]
@@ -81,7 +75,16 @@ def test_each_slip_of_the_fast_math_kernel_fails_naming_its_clause(selftest_runs
 def test_the_activation_adapter_of_the_docs_conforms(selftest_runs):
     """docs/backends.md's activation adapter, copied out of the docs into a directory outside
     the repository and certified with `hscale conform` (quick)."""
-    run, cert = _certificate(selftest_runs, "activation-adapter", "myactivations")
+    run, cert = certificate_of(selftest_runs, "activation-adapter", "myactivations")
     assert cert["verdict"] == "conforms" and run.returncode == 0, (
         f"{summary(cert)}\n{run.output[-4000:]}")
     assert cert["kinds"]["activation"]["declarations"]["activation_recipe"] == "fast-math"
+    # nothing of the certificate points at a file of the repository that the wheel lacks
+    assert "tests/" not in json.dumps(cert), [c for c, row in cert["clauses"].items()
+                                              if "tests/" in json.dumps(row)]
+    # the golden-vector cases name every recipe's clauses; passing them under fast-math leaves
+    # the other recipes' clauses not applicable, saying why
+    for clause in ("NVFP4-ACT-6", "NVFP4-ACT-7"):
+        row = cert["clauses"][clause]
+        assert row["status"] == "not applicable" and "declares the recipe 'fast-math'" in \
+            row["reason"], (clause, row)

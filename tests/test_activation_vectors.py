@@ -132,3 +132,17 @@ def test_each_hex_line_has_the_documented_fields(name):
         assert len(parts) == len(fields), (name, line)
         widths = [int(f.split()[2]) for f in fields]
         assert [len(p) for p in parts] == widths, (name, line)
+
+
+@pytest.mark.clause("NVFP4-ACT-5")
+def test_a_case_naming_every_recipe_counts_for_the_declared_one_only():
+    """A vector case names every recipe's clauses; run on a kernel of one recipe it counts for
+    that recipe's clauses, and a test of one recipe keeps its clauses (skipped elsewhere, it
+    says why)."""
+    from hscale.judge.activations import judged_under
+    every = ["NVFP4-ACT-8", "NVFP4-ACT-2", "NVFP4-ACT-3", "NVFP4-ACT-6", "NVFP4-ACT-7"]
+    assert judged_under("fast-math", every) == ["NVFP4-ACT-8", "NVFP4-ACT-2", "NVFP4-ACT-3"]
+    assert judged_under("exact", every) == ["NVFP4-ACT-8", "NVFP4-ACT-6"]
+    assert judged_under("torchao", every) == ["NVFP4-ACT-8", "NVFP4-ACT-7"]
+    assert judged_under("fast-math", ["NVFP4-ACT-1", "NVFP4-ACT-6"]) == ["NVFP4-ACT-1",
+                                                                         "NVFP4-ACT-6"]

@@ -17,22 +17,14 @@ from collections import Counter
 
 import pytest
 
-from selftest import GEMM_KERNELS, GEMM_SLIPS, summary
-
-
-def _certificate(runs, run_name, backend_id):
-    run = runs[run_name]
-    report = run.reports.get(backend_id)
-    assert report is not None, (f"run {run_name!r} wrote no certificate for {backend_id} (exit "
-                                f"{run.returncode}):\n{run.output[-4000:]}")
-    return run, report
+from selftest import GEMM_KERNELS, GEMM_SLIPS, certificate_of, summary
 
 
 @pytest.mark.selftest
 @pytest.mark.clause("SUITE-GEMM-1")
 @pytest.mark.parametrize("factory", list(GEMM_KERNELS))
 def test_independent_gemms_conform_under_their_declared_models(selftest_runs, factory):
-    run, cert = _certificate(selftest_runs, "gemm-kernels", GEMM_KERNELS[factory])
+    run, cert = certificate_of(selftest_runs, "gemm-kernels", GEMM_KERNELS[factory])
     assert cert["kinds_declared"] == ["gemm"], cert["kinds_declared"]
     gemm = cert["kinds"]["gemm"]
     assert gemm["verdict"] == "conforms" and cert["verdict"] == "conforms", (
@@ -53,7 +45,7 @@ def test_independent_gemms_conform_under_their_declared_models(selftest_runs, fa
 @pytest.mark.parametrize("slip", list(GEMM_SLIPS))
 def test_each_slip_fails_naming_its_clause(selftest_runs, slip):
     backend_id, clause = GEMM_SLIPS[slip]
-    run, cert = _certificate(selftest_runs, "gemm-slips", backend_id)
+    run, cert = certificate_of(selftest_runs, "gemm-slips", backend_id)
     assert cert["verdict"] == "does not conform", summary(cert)
     assert clause in cert["kinds"]["gemm"]["clauses_broken"], summary(cert)
     counts = Counter({c: row["failed"] for c, row in cert["clauses"].items() if row["failed"]})
@@ -69,7 +61,7 @@ def test_each_slip_fails_naming_its_clause(selftest_runs, slip):
 def test_the_gemm_adapter_example_of_the_docs_conforms(selftest_runs):
     """The adapter block of docs/backends.md, copied outside the repository, certified by
     `hscale conform`: conforms, the gemm kind with its fp32 model named in the certificate."""
-    run, cert = _certificate(selftest_runs, "gemm-adapter", "mygemm")
+    run, cert = certificate_of(selftest_runs, "gemm-adapter", "mygemm")
     assert run.returncode == 0 and cert["verdict"] == "conforms", (
         f"{summary(cert)}\n{run.output[-4000:]}")
     gemm = cert["kinds"]["gemm"]

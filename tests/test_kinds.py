@@ -3,10 +3,6 @@ and how the suite and the certificate follow it."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
 from hscale.judge.clauses import clause_ids
@@ -77,16 +73,11 @@ def test_a_bad_declaration_is_named(attributes, needle):
 
 
 @pytest.mark.clause("SUITE-KINDS-1")
-def test_a_certificate_lists_the_kinds_declared_and_their_clauses(tmp_path):
+def test_a_certificate_lists_the_kinds_declared_and_their_clauses(numpy_one_clause_run):
     """A weight quantizer's certificate (the numpy backend, a one-clause run) names its kind,
     its declaration and its verdict; the clauses of the kinds it does not declare are not
     applicable, saying why; the summary says the same."""
-    done = subprocess.run(
-        [sys.executable, "-m", "hscale", "conform", "--backend", "numpy", "--quick",
-         "--clause", "NVFP4-E2M1-1", "--certificate", str(tmp_path / "cert.json")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    cert = json.loads((tmp_path / "cert.json").read_text())
+    done, cert = numpy_one_clause_run
     assert cert["kinds_declared"] == ["weight", "gemm"]  # the numpy backend has a GEMM too
     weight = cert["kinds"]["weight"]
     assert weight["verdict"] == "conforms"

@@ -105,6 +105,19 @@ def _checked_options(method, init, capabilities):
         raise ValueError("bad init")
 
 
+def _checked_bf16_tiles(weight) -> np.ndarray:
+    """The bf16 kernels' input check: a finite 2-D bfloat16 array of whole 128 x 64 tiles, as
+    float32."""
+    if not isinstance(weight, np.ndarray) or weight.dtype != ml_dtypes.bfloat16:
+        raise TypeError("weight must be a bfloat16 numpy array")
+    if weight.ndim != 2 or weight.shape[0] % 128 or weight.shape[1] % 64 or not weight.size:
+        raise ValueError("weight must be 2-D with rows a multiple of 128, columns of 64")
+    w = weight.astype(np.float32)
+    if not np.isfinite(w).all():
+        raise ValueError("weight has NaN or Inf")
+    return w
+
+
 def _fp32_nearest(exact: Fraction) -> np.float32:
     """fp32 round-to-nearest-even of an exact positive rational."""
     with np.errstate(over="ignore"):  # an overflow is the caller's check (_too_large)
@@ -205,13 +218,7 @@ class Bf16Kernel:
     def quantize(self, weight, hessian_diag=None, *, method="rtn", init="maxabs", K=16, U=6,
                  scale_ceiling=448.0, global_scale=None):
         _checked_options(method, init, self.capabilities)
-        if not isinstance(weight, np.ndarray) or weight.dtype != ml_dtypes.bfloat16:
-            raise TypeError("weight must be a bfloat16 numpy array")
-        if weight.ndim != 2 or weight.shape[0] % 128 or weight.shape[1] % 64 or not weight.size:
-            raise ValueError("weight must be 2-D with rows a multiple of 128, columns of 64")
-        w = weight.astype(np.float32)
-        if not np.isfinite(w).all():
-            raise ValueError("weight has NaN or Inf")
+        w = _checked_bf16_tiles(weight)
         ceiling = _checked_ceiling(scale_ceiling)
         one = np.float32(1)
         if global_scale is None:
@@ -303,13 +310,7 @@ class EnginesBf16Kernel:
     def quantize(self, weight, hessian_diag=None, *, method="rtn", init="maxabs", K=16, U=6,
                  scale_ceiling=448.0, global_scale=None):
         _checked_options(method, init, self.capabilities)
-        if not isinstance(weight, np.ndarray) or weight.dtype != ml_dtypes.bfloat16:
-            raise TypeError("weight must be a bfloat16 numpy array")
-        if weight.ndim != 2 or weight.shape[0] % 128 or weight.shape[1] % 64 or not weight.size:
-            raise ValueError("weight must be 2-D with rows a multiple of 128, columns of 64")
-        w = weight.astype(np.float32)
-        if not np.isfinite(w).all():
-            raise ValueError("weight has NaN or Inf")
+        w = _checked_bf16_tiles(weight)
         one = np.float32(1)
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
             if global_scale is None:

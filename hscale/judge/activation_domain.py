@@ -21,6 +21,7 @@ import numpy as np
 
 from hscale.reference.constants import GROUP_SIZE
 
+from .diagnose import result_array
 from .domain import INPUT_DTYPES, unswizzle_layout
 from .findings import Finding
 
@@ -123,20 +124,10 @@ def observe_activations(result, shape, domain: ActivationDomain):
 
 
 def _array(result, name, shape, findings):
-    value = getattr(result, name, None)
-    if value is None:
-        return None
-    try:
-        array = np.asarray(value)
-    except Exception as exc:  # noqa: BLE001 - anything unreadable is a finding
-        findings.append(Finding("NVFP4-ACT-3", f"{name}: cannot be read as a numpy array "
-                                f"({exc})", kind="structure"))
-        return None
-    if array.shape != tuple(shape) or array.dtype != np.uint8:
-        findings.append(Finding("NVFP4-ACT-3", f"{name}: expected uint8 {tuple(shape)}, "
-                                f"observed {array.dtype} {array.shape}", kind="structure"))
-        return None
-    return array
+    """``result.name`` as a uint8 array of ``shape``, or None (absent, or a finding)."""
+    before = len(findings)
+    array = result_array(result, name, tuple(shape), "NVFP4-ACT-3", "uint8", findings)
+    return array if len(findings) == before else None
 
 
 def _scale_bytes(result, tokens, scale_cols, layout, findings):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hscale.reference.activation_recipes import (FP32_MAX, ONE, SIX, e2m1_satfinite,
+from hscale.reference.activation_recipes import (ONE, SIX, e2m1_satfinite,
                                                  e4m3_satfinite, exact_codes, exact_scale_bytes,
                                                  group_maxima, per_element, torchao_codes,
                                                  torchao_scale_bytes)
@@ -34,15 +34,28 @@ from hscale.reference.e4m3 import decode_e4m3
 
 from .activation_domain import ObservedActivations
 from .diagnose import value_hex
-from .findings import Finding, fp32_hex, plural
+from .findings import Finding, fp32_hex
 
 #: The clause of each recipe's scale bytes and codes.
 BYTE_CLAUSE = {"fast-math": "NVFP4-ACT-2", "exact": "NVFP4-ACT-6", "torchao": "NVFP4-ACT-7"}
 CODE_CLAUSE = {"fast-math": "NVFP4-ACT-3", "exact": "NVFP4-ACT-6", "torchao": "NVFP4-ACT-7"}
 SPECIAL_CLAUSE = "NVFP4-ACT-8"
+
 #: Differences listed per clause; the rest are counted.
 LISTED = 12
 NAN_BYTES = (0x7F, 0xFF)
+
+
+def judged_under(recipe: str, clauses) -> list[str]:
+    """The clauses that a test naming several recipes' clauses (a golden-vector case names
+    every recipe's) judges on a kernel of ``recipe``: its own, not the others' (which stay not
+    applicable). A test of one recipe keeps its clauses: skipped on a kernel of another, it
+    says why."""
+    named = {r for r in BYTE_CLAUSE if {BYTE_CLAUSE[r], CODE_CLAUSE[r]} & set(clauses)}
+    if len(named) < 2:
+        return list(clauses)
+    others = {c for r in BYTE_CLAUSE if r != recipe for c in (BYTE_CLAUSE[r], CODE_CLAUSE[r])}
+    return [c for c in clauses if c not in others]
 
 
 @dataclass(frozen=True, eq=False)
@@ -249,9 +262,11 @@ def _byte_finding(recipe, r, i, amax, g, a, admissible, got) -> Finding:
     pair = dict(expected=wanted, observed=f"0x{got:02X}")
     evidence = f"amax_g = {_f32(amax_g)}, block scale {sf!r} before rounding"
     if got in NAN_BYTES:
-        return Finding(SPECIAL_CLAUSE, f"scale byte 0x{got:02X} is NaN: a block scale above 448 "
-                       f"saturates to 0x7E (satfinite), never NaN; expected {wanted}; "
-                       f"{evidence}", (r, i), kind="byte", **pair)
+        why = (f"a zero group gets {wanted} ({recipe})" if amax_g == 0 else
+               "a block scale above 448 saturates to 0x7E (satfinite)")
+        return Finding(SPECIAL_CLAUSE, f"scale byte 0x{got:02X} is NaN: a scale byte is never "
+                       f"NaN, {why}; expected {wanted}; {evidence}", (r, i), kind="byte",
+                       **pair)
     if amax_g == 0:
         return Finding(SPECIAL_CLAUSE, f"zero group: scale byte expected {wanted} ({recipe}) "
                        f"observed 0x{got:02X}", (r, i), kind="byte", **pair)
@@ -348,14 +363,3 @@ def _f32(value) -> str:
     if not np.isfinite(value):
         return repr(value)
     return f"{value!r} ({fp32_hex(value)})"
-
-
-def summary_line(diagnosis: ActivationDiagnosis) -> str:
-    counts = Counter(f.clause for f in diagnosis.findings) + diagnosis.unlisted
-    if not counts:
-        return "conforms"
-    return "; ".join(f"{clause}: {plural(n, 'finding')}" for clause, n in counts.items())
-
-
-__all__ = ["ActivationCase", "ActivationDiagnosis", "diagnose_activations", "rcp_candidates",
-           "FP32_MAX"]

@@ -93,6 +93,28 @@ class Diagnosis:
 # What an implementation returned -> the one result record
 # ------------------------------------------------------------------------------------------
 
+def result_array(result, name, shape, clause, dtype, findings):
+    """``result.name`` as a numpy array (None where the result has none), a finding of
+    ``clause`` appended when it cannot be read or has another shape or dtype than ``shape``,
+    ``dtype``."""
+    value = getattr(result, name, None)
+    if value is None:
+        return None
+    try:
+        a = np.asarray(value)
+    except Exception as exc:  # noqa: BLE001 - anything unreadable is a finding
+        findings.append(Finding(clause, f"{name}: cannot be read as a numpy array ({exc})",
+                                kind="structure"))
+        return None
+    if a.shape != shape:
+        findings.append(Finding(clause, f"{name}: shape expected {shape} observed {a.shape}",
+                                kind="structure", expected=str(shape), observed=str(a.shape)))
+    elif a.dtype != np.dtype(dtype):
+        findings.append(Finding(clause, f"{name}: dtype expected {dtype} observed {a.dtype}",
+                                kind="structure", expected=dtype, observed=str(a.dtype)))
+    return a
+
+
 def observe(result, case: Case, convention: str = "multiplier", scale_layout: str = "row-major"):
     """``(QuantizedWeight or None, findings)`` from what an implementation returned for
     ``case``: its own ``QuantizedWeight`` as is; otherwise any object with ``scale_bytes``
@@ -117,22 +139,7 @@ def observe(result, case: Case, convention: str = "multiplier", scale_layout: st
                               f"{', '.join(missing)}", kind="structure")]
 
     def array(name, shape, clause, dtype):
-        value = getattr(result, name, None)
-        if value is None:
-            return None
-        try:
-            a = np.asarray(value)
-        except Exception as exc:  # noqa: BLE001 - anything unreadable is a finding
-            findings.append(Finding(clause, f"{name}: cannot be read as a numpy array ({exc})",
-                                    kind="structure"))
-            return None
-        if a.shape != shape:
-            findings.append(Finding(clause, f"{name}: shape expected {shape} observed {a.shape}",
-                                    kind="structure", expected=str(shape), observed=str(a.shape)))
-        elif a.dtype != np.dtype(dtype):
-            findings.append(Finding(clause, f"{name}: dtype expected {dtype} observed {a.dtype}",
-                                    kind="structure", expected=dtype, observed=str(a.dtype)))
-        return a
+        return result_array(result, name, shape, clause, dtype, findings)
 
     codes = array("codes", (m, n), "NVFP4-E2M1-1", "uint8")
     packed = array("packed", (m, n // 2), "NVFP4-PACK-1", "uint8")
