@@ -150,6 +150,7 @@ def measure_gemm(path: GemmPath, out=sys.stdout) -> dict:
 
 def render_gemm(results: dict) -> list[str]:
     """The GEMM section of docs/interop.md from ``results["gemm"]``."""
+    from .render import library_cells
     lines = ["## GEMMs", "",
              "Each real GEMM path behind an adapter of the gemm kind (docs/spec.md section 10): "
              "the suite's GEMM tests under the accumulation model the adapter declares (what "
@@ -164,10 +165,8 @@ def render_gemm(results: dict) -> list[str]:
              "|---|---|---|---|---|---|---|---|"]
     entries = [results[p.label] for p in GEMM_PATHS if p.label in results]
     for e in entries:
-        adapter = f"`{e['adapter'].replace(PREFIX, '')}`"
         if "suite" not in e:
-            lines.append(f"| {e['label']} | {adapter} | {e['version']} | {e['calls']} | | not "
-                         f"run: {e.get('not_run', '')} | | |")
+            lines.append(f"{library_cells(e)} | not run: {e.get('not_run', '')} | | |")
             continue
         suite, spec = e["suite"], e["spec_model"]
         model = suite["declarations"].get("gemm_model", {}).get("description", "?")
@@ -177,7 +176,7 @@ def render_gemm(results: dict) -> list[str]:
         outside = ", ".join(f"{c} {n}" for c, n in sorted(spec["outside_fp32"].items())) \
             or "none"
         lines.append(
-            f"| {e['label']} | {adapter} | {e['version']} | {e['calls']} | {model} | "
+            f"{library_cells(e)} {model} | "
             f"**{suite['verdict']}** ({tests.get('passed', 0)} passed, {tests.get('failed', 0)} "
             f"failed, {tests.get('skipped', 0)} skipped; {suite['seconds']:.0f} s) | "
             f"{outputs.get('output_elements_judged', 0):,} "

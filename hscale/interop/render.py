@@ -6,6 +6,12 @@ from __future__ import annotations
 from . import ADAPTERS, GPU_ONLY, PREFIX
 
 
+def library_cells(entry: dict) -> str:
+    """The first cells of a library's row: ``| label | `adapter` | version | calls |``."""
+    return (f"| {entry['label']} | `{entry['adapter'].replace(PREFIX, '')}` | "
+            f"{entry['version']} | {entry['calls']} |")
+
+
 def cell(entry: dict, clause: str) -> str:
     """pass / the allowances that excuse it / fail, for one clause: counted in tests whose
     failure cites the clause (a test may cite several)."""
@@ -107,10 +113,8 @@ def render(results: dict, results_name: str = "interop-results.json") -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for e in entries:
-        adapter = f"`{e['adapter'].replace(PREFIX, '')}`"
         if "exact" not in e:
-            lines.append(f"| {e['label']} | {adapter} | {e['version']} | {e['calls']} | "
-                         f"not run: {e.get('not_run', '')} | | | |")
+            lines.append(f"{library_cells(e)} not run: {e.get('not_run', '')} | | | |")
             continue
         exact = e["exact"]["tests"]
         relaxed = e.get("faithful") or e.get("format")
@@ -120,8 +124,7 @@ def render(results: dict, results_name: str = "interop-results.json") -> str:
         numerics = e["exact"].get("verdicts", {}).get("numerics")
         contract = ", ".join(f"{n} {outcome}" for outcome, n in
                              e["exact"].get("input_contract", {}).items()) or "not recorded"
-        lines.append(f"| {e['label']} | {adapter} | {e['version']} | {e['calls']} | "
-                     + (f"{numerics}: " if numerics else "")
+        lines.append(f"{library_cells(e)} " + (f"{numerics}: " if numerics else "")
                      + f"{exact.get('failed', 0)} failed, {exact.get('passed', 0)} passed "
                      f"({e['exact']['seconds']:.0f} s) | {allowances} | {still} | {contract} |")
     lines += ["", "## Clause by clause", "",
