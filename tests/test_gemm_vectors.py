@@ -221,12 +221,15 @@ def test_the_commands_on_gemm_vectors(tmp_path):
     done = _hscale("vectors", "check", "--gemm-model", "fp16", "--observed", "bad.txt",
                    cwd=tmp_path)
     assert done.returncode == 0, done.stdout
-    done = _hscale("vectors", "explain", str(LEVEL0), "gemm-order-2p24", "0", "0", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    for needle in ("block 0: sA 0x70 sB 0x78 -> 16777216.0", "S = 2.0 exactly",
-                   "fp32 sums of the block values in every order and grouping: 00000000, "
-                   "3f800000, 40000000", "observed-file line: gemm-order-2p24 0 0 40000000"):
-        assert needle in done.stdout, done.stdout
+    for where in ([str(LEVEL0)], []):  # DIR may be left out before CASE I J
+        done = _hscale("vectors", "explain", *where, "gemm-order-2p24", "0", "0", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        for needle in ("block 0: sA 0x70 sB 0x78 -> 16777216.0", "S = 2.0 exactly",
+                       "fp32 sums of the block values in every order and grouping: 00000000, "
+                       "3f800000, 40000000", "observed-file line: gemm-order-2p24 0 0 40000000"):
+            assert needle in done.stdout, done.stdout
+    done = _hscale("vectors", "explain", "gemm-swizzle-130-rows", "129", "2", cwd=tmp_path)
+    assert done.returncode == 0 and "output element (i=129, j=2)" in done.stdout, done.stderr
     for args, words in ((["--gemm-model", "fp8"], "--gemm-model fp8: one of fp32, "
                                                   "fp32-faithful, fp16"),
                         (["--gemm-model", "fp32", "--recipe", "exact"],

@@ -291,6 +291,9 @@ def _run(args) -> int:
         from hscale.vectors.check import open_vectors
         from hscale.vectors.explain import explain_group
         from hscale.vectors.families import families
+        if not Path(args.dir).exists() and args.case.isdigit():  # CASE ROW [GROUP], no DIR
+            args.dir, args.case, args.row, args.group = (DEFAULT_LEVEL0_DIR, str(args.dir),
+                                                         int(args.case), args.row)
         opened = open_vectors(args.dir)
         if args.case in opened.family_cases:
             file_name, case = opened.family_cases[args.case]
