@@ -36,7 +36,6 @@ import numpy as np
 import pytest
 
 from hscale.conformance.certificate import RAISED_ON_VALID_INPUT
-from hscale.conformance.gemm_checker import GemmTally
 from hscale.judge.cases import Case
 from hscale.judge.diagnose import (GROUP, diagnose, excusing_allowances,
                                   name_excusing_allowances, observe)
@@ -61,6 +60,30 @@ def fail_raised(label: str, case, error: Exception) -> None:
     pytest.fail(f"backend {label!r} {RAISED_ON_VALID_INPUT} (an error, not a finding: nothing "
                 f"was judged)\n  case: {case.describe()}\n  {text}\n"
                 f"  (at {where.filename}:{where.lineno})", pytrace=False)
+
+
+@dataclass
+class GemmTally:
+    """Per-backend GEMM counts that go into the certificate."""
+
+    checks: int = 0
+    elements: int = 0  # output elements judged
+    exact: int = 0  # of them, with one admissible value (judged bit for bit)
+    not_judged: Counter = field(default_factory=Counter)  # reason -> elements
+    adaptations: Counter = field(default_factory=Counter)
+
+    def as_json(self) -> dict:
+        return {"gemms": self.checks, "output_elements_judged": self.elements,
+                "of_them_with_one_admissible_value": self.exact,
+                "not_judged": dict(self.not_judged), "adaptations": dict(self.adaptations)}
+
+    def describe(self) -> str:
+        text = (f"{self.checks} GEMMs, {self.elements} output elements judged ({self.exact} "
+                "with one admissible value, bit for bit)")
+        if self.not_judged:
+            text += "; not judged: " + "; ".join(f"{n} ({reason})"
+                                                 for reason, n in self.not_judged.items())
+        return text
 
 
 @dataclass

@@ -16,38 +16,12 @@ Every GEMM test builds a :class:`~hscale.judge.cases.GemmCase` and hands it to
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
-
 import numpy as np
 import pytest
 
+from hscale.conformance.checker import GemmTally, fail_raised
 from hscale.judge.cases import GemmCase
 from hscale.judge.gemm import GemmDomain, gemm_arguments, judge_gemm, observe_gemm
-
-
-@dataclass
-class GemmTally:
-    """Per-backend GEMM counts that go into the certificate."""
-
-    checks: int = 0
-    elements: int = 0  # output elements judged
-    exact: int = 0  # of them, with one admissible value (judged bit for bit)
-    not_judged: Counter = field(default_factory=Counter)  # reason -> elements
-    adaptations: Counter = field(default_factory=Counter)
-
-    def as_json(self) -> dict:
-        return {"gemms": self.checks, "output_elements_judged": self.elements,
-                "of_them_with_one_admissible_value": self.exact,
-                "not_judged": dict(self.not_judged), "adaptations": dict(self.adaptations)}
-
-    def describe(self) -> str:
-        text = (f"{self.checks} GEMMs, {self.elements} output elements judged ({self.exact} "
-                "with one admissible value, bit for bit)")
-        if self.not_judged:
-            text += "; not judged: " + "; ".join(f"{n} ({reason})"
-                                                 for reason, n in self.not_judged.items())
-        return text
 
 
 def declares_gemm(backend) -> bool:
@@ -107,7 +81,6 @@ class GemmChecker:
         try:
             raw = self.backend.gemm(a, b, out_dtype=run_case.out_dtype)
         except Exception as error:  # noqa: BLE001 - any exception on valid input fails the test
-            from hscale.conformance.checker import fail_raised  # it imports GemmTally
             fail_raised(self.label, run_case, error)
         observed, findings = observe_gemm(raw, run_case)
         if findings:

@@ -40,6 +40,13 @@ PREFIX = "hscale.backends.interop."
 LEVEL2_SEED, LEVEL2_CASES = 20261122, 300
 
 
+def library_cells(entry: dict) -> str:
+    """The first cells of a library's row: ``| label | `adapter` | version | calls |``."""
+    return (f"| {entry['label']} | `{entry['adapter'].replace(PREFIX, '')}` | "
+            f"{entry['version']} | {entry['calls']} |")
+
+
+
 @dataclass(frozen=True)
 class Adapter:
     label: str

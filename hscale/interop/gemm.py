@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-PREFIX = "hscale.backends.interop."
+from . import PREFIX, library_cells
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,6 @@ def measure_gemm(path: GemmPath, out=sys.stdout) -> dict:
 
 def render_gemm(results: dict) -> list[str]:
     """The GEMM section of docs/interop.md from ``results["gemm"]``."""
-    from .render import library_cells
     lines = ["## GEMMs", "",
              "Each real GEMM path behind an adapter of the gemm kind (docs/spec.md section 10): "
              "the suite's GEMM tests under the accumulation model the adapter declares (what "

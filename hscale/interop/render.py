@@ -3,13 +3,7 @@ fail), its allowance counts on the data sets, and what its profile still rejects
 
 from __future__ import annotations
 
-from . import ADAPTERS, GPU_ONLY, PREFIX
-
-
-def library_cells(entry: dict) -> str:
-    """The first cells of a library's row: ``| label | `adapter` | version | calls |``."""
-    return (f"| {entry['label']} | `{entry['adapter'].replace(PREFIX, '')}` | "
-            f"{entry['version']} | {entry['calls']} |")
+from . import ADAPTERS, GPU_ONLY, library_cells
 
 
 def cell(entry: dict, clause: str) -> str:
