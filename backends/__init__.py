@@ -23,6 +23,11 @@ Bad input must raise ValueError or TypeError; this project's own backends also n
 argument, the first offending index and the clause (the conformance suite requires that of
 third parties only under ``--strict-errors``).
 
+A backend may implement other kinds of NVFP4 implementation than the weight quantizer (a
+run-time activation quantizer, a block-scaled GEMM): it declares them in ``kinds``, and
+``hscale.judge.kinds`` (the one table of kinds) says what each requires; ``load(name)`` builds
+such a backend without checking the weight protocol.
+
 ``get(name)`` returns a built-in backend by name (``numpy``, ``torch``, ``torch-cuda``,
 ``cupy``) or a third-party one given as ``"package.module:factory"``, where ``factory()``
 returns such an object. See docs/backends.md for a complete adapter.
@@ -95,8 +100,13 @@ def check_backend(backend, spec: str = "?"):
     return backend
 
 
+def load(name: str):
+    """The object built by the factory of ``name`` (a built-in or ``'module:factory'``),
+    unchecked: what it implements is read from its declared kinds (``hscale.judge.kinds``)."""
+    return _load_factory(BUILTIN.get(name, name))()
+
+
 def get(name: str):
-    """Return the backend called ``name`` (built-in) or built by ``name = 'module:factory'``."""
-    spec = BUILTIN.get(name, name)
-    factory = _load_factory(spec)
-    return check_backend(factory(), name)
+    """Return the weight quantizer called ``name`` (built-in) or built by
+    ``name = 'module:factory'``, checked against the weight protocol."""
+    return check_backend(load(name), name)

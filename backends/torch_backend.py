@@ -34,6 +34,8 @@ from hscale.backends import CAPABILITIES
 from hscale.reference import E2M1_VALUES, SCALE_BYTE_VALUES, Quantizer, compute_global_scale
 from hscale.reference.gptq import damped_hessian
 
+from . import gemm as gemm_kind
+from . import torch_gemm
 from . import torch_kernels as kernels
 from .torch_compile import COMPILE_BLOCK_GROUPS, FusedPath, inductor_config
 
@@ -54,9 +56,15 @@ def _import_torch():
 
 
 class TorchBackend:
-    """H-Scale NVFP4 quantization in torch, on one device ("cpu" or "cuda:0")."""
+    """H-Scale NVFP4 quantization in torch, on one device ("cpu" or "cuda:0"), and the GEMM
+    (``torch_gemm``)."""
 
     capabilities = CAPABILITIES
+    kinds = gemm_kind.KINDS
+    gemm_model = gemm_kind.GEMM_MODEL
+    gemm_out_dtypes = gemm_kind.GEMM_OUT_DTYPES
+    gemm_activations = gemm_kind.GEMM_ACTIVATIONS
+    gemm_scale_layout = gemm_kind.GEMM_SCALE_LAYOUT
 
     def __init__(self, device: str = "cpu", chunk_groups: int | None = None,
                  compile: bool | None = None):
@@ -97,6 +105,10 @@ class TorchBackend:
         """``hscale.reference.quantize``'s signature and result, computed in torch."""
         self.require_available()
         return TorchQuantizer(self).quantize(weight, hessian_diag, **options)
+
+    def gemm(self, a, b, *, out_dtype="float32"):
+        self.require_available()
+        return torch_gemm.gemm(_import_torch(), self.device_name, a, b, out_dtype)
 
     def layer_quantizer(self, groups: int):
         """The reference's steps in torch, set up for a layer of ``groups`` groups as

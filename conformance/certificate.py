@@ -1,6 +1,10 @@
 """The certificate of a conformance run: what a vendor keeps, and what ``hscale conform`` prints.
 
-Two parts, judged apart:
+Per kind of implementation the backend declares (``hscale.judge.kinds``: a weight quantizer, a
+run-time activation quantizer, ...), the kind's declarations (its recipe), its clauses'
+statuses and its verdict; the overall verdict is "conforms" when every declared kind conforms.
+The clauses of a kind it does not declare are "not applicable", saying so. Two parts, judged
+apart:
 
 - **numerics**: every clause judged on valid inputs in the backend's declared domain, with
   its status: ``pass``, ``allowed`` (passed, with a named allowance of that clause used),
@@ -12,16 +16,19 @@ Two parts, judged apart:
   rejected for another reason (the backend also rejects the same call with the bad input
   repaired), or accepted. It decides the verdict only under ``--strict-inputs``.
 
-The certificate records the kit and spec versions, the backend and its declared domain, the
-profile and the allowances with how many groups and elements each forgave, the Hypothesis
-settings, and the command that reproduces the run.
+``build`` makes the certificate, the JSON a vendor keeps. It records the kit and spec versions,
+the backend and its declared domain, the profile and the allowances with how many groups and
+elements each forgave, the Hypothesis settings, and the command that reproduces the run.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from hscale import SPEC_VERSION, __version__
 from hscale.judge.clauses import cited_clauses, clause_ids, registry
+from hscale.judge.kinds import (DEFAULT_KINDS, JUDGED_ELSEWHERE, KINDS, Declared, kind_of_clause,
+                                kind_of_test, shown)
 from hscale.judge.profiles import ALLOWANCES
 
 INPUT_SECTION_PREFIX = "NVFP4-IN-"
@@ -34,27 +41,20 @@ STATUSES = ("pass", "allowed", "fail", "error", "input contract", "not applicabl
             "not judged")
 #: Characters of a clause's first failure kept in the certificate.
 FAILURE_TEXT = 3000
-#: Clauses no test of a backend can judge, and where they are judged instead.
-JUDGED_ELSEWHERE = {
-    "NVFP4-CKPT-1": "a checkpoint layout, judged on checkpoints by hscale check",
-    "NVFP4-CKPT-2": "a checkpoint layout, judged on checkpoints by hscale check",
-    "NVFP4-CKPT-3": "a checkpoint layout, judged on checkpoints by hscale check",
-    "NVFP4-GGUF-1": "a checkpoint layout (GGUF), judged on checkpoints by hscale check",
-    **{f"NVFP4-ACT-{k}": "the engines' run-time activation profile, not a weight quantizer's "
-                         "output (the reference's, tests/test_activation_quantization.py)"
-       for k in range(1, 5)},
-}
 
 
 def _row() -> dict:
-    return {"passed": 0, "failed": 0, "error": 0, "skipped": 0, "failing": [], "skip_reasons": []}
+    return {"passed": 0, "failed": 0, "error": 0, "skipped": 0, "contract": 0, "failing": [],
+            "skip_reasons": []}
 
 
-def clause_statuses(items: dict, outcomes: dict, backend_id: str, allowance_uses: Counter) -> dict:
+def clause_statuses(items: dict, outcomes: dict, backend_id: str, allowance_uses: Counter,
+                    kinds=DEFAULT_KINDS) -> dict:
     """clause -> {status, passed, failed, error, skipped, failing} over the tests run on the
     backend (``items``: nodeid -> (backend id, clauses); ``outcomes``: nodeid -> (outcome,
     text)). A failure counts against the clauses its findings cite; a failure that cites none
-    (the backend raised on valid input) is an error of every clause its test names."""
+    (the backend raised on valid input) is an error of every clause its test names. The
+    clauses of a kind the backend does not declare (``kinds``) are not applicable."""
     used = {ALLOWANCES[a].clause for a, n in allowance_uses.items() if n}
     rows = {c: _row() for c in clause_ids()}
     for nodeid, (owner, ids) in items.items():
@@ -77,7 +77,7 @@ def clause_statuses(items: dict, outcomes: dict, backend_id: str, allowance_uses
                 if outcome == "skipped" and text not in row["skip_reasons"]:
                     row["skip_reasons"].append(text)
             elif outcome == "xfailed":  # an input-contract outcome, recorded apart
-                row["skipped"] += 1
+                row["contract"] += 1
         for cid in cited:
             if cid not in ids and outcome in ("failed", "error"):
                 row = rows.setdefault(cid, _row())
@@ -85,7 +85,11 @@ def clause_statuses(items: dict, outcomes: dict, backend_id: str, allowance_uses
                 row["failing"].append(nodeid)
                 row.setdefault("first_failure", text[:FAILURE_TEXT])
     for cid, row in rows.items():
-        if row["failed"]:
+        kind = kind_of_clause(cid)
+        if kind is not None and kind not in kinds:
+            row["status"] = "not applicable"
+            row["reason"] = f"the backend does not declare the kind {kind!r}"
+        elif row["failed"]:
             row["status"] = "fail"
         elif row["error"]:
             row["status"] = "error"
@@ -93,16 +97,24 @@ def clause_statuses(items: dict, outcomes: dict, backend_id: str, allowance_uses
             # Section 5's rejections are the input contract, reported apart (an input test
             # fails only under --strict-inputs, or when the backend breaks on the control call).
             row["status"] = "input contract"
-        elif not row["passed"] and not row["skipped"] and cid not in JUDGED_ELSEWHERE:
+        elif (not row["passed"] and not row["skipped"] and not row["contract"]
+              and cid not in JUDGED_ELSEWHERE):
             # none of its tests was selected (--clause, --quick, -k): not judged by this run,
             # which is not the same as not applying to the backend
             row["status"] = "not judged"
             row["reason"] = "no test of this clause was selected in this run"
+        elif not row["passed"] and row["contract"] and not row["skipped"]:
+            # every test of it fed a bad input, an outcome of the input contract: nothing about
+            # this clause's numbers was judged
+            row["status"] = "input contract"
+            row["reason"] = ("every test of it fed a bad input, recorded in the input contract, "
+                             "not judged here")
         elif not row["passed"]:
             row["status"] = "not applicable"
             reasons = row["skip_reasons"]
             row["reason"] = (JUDGED_ELSEWHERE.get(cid)
-                             or f"every test skipped: {reasons[0]}"
+                             or (f"every test skipped: {reasons[0]}" if reasons else
+                                 "every test skipped")
                              + (f" (and {len(reasons) - 1} other reasons)"
                                 if len(reasons) > 1 else ""))
         elif cid in used:
@@ -135,14 +147,93 @@ def verdicts(clauses: dict, contract: dict, strict_inputs: bool, tests: Counter)
     overall = numerics
     if strict_inputs and numerics == "conforms" and departures:
         overall = "does not conform"
+    fed = sum(contract["counts"].values())
+    said = ("no bad input was fed in this run: not judged" if not fed else
+            "every bad input rejected" if not departures else
+            ", ".join(f"{n} {outcome}" for outcome, n in departures.items()))
     return {"verdict": overall, "numerics": numerics,
-            "input_contract": "every bad input rejected" if not departures else ", ".join(
-                f"{n} {outcome}" for outcome, n in departures.items()),
+            "input_contract": said,
             "input_contract_decides": strict_inputs,
             "clauses_broken": broken, "tests_failed": failed_tests,
             # a run that selected only part of the suite (--clause, --quick, -k) says so
             "clauses_not_judged": [c for c, row in clauses.items()
                                    if row["status"] == "not judged"]}
+
+
+def build(*, backend: dict, declared: Declared, domain, tally, items: dict, outcomes: dict,
+          profile: str, allowances, strict_inputs: bool, hypothesis: dict, command: str,
+          duration_s: float) -> dict:
+    """The certificate of one backend, as the JSON a vendor keeps (docs/conformance.md):
+    ``backend`` what it is (id, spec, version, name, capabilities, availability), ``declared``
+    its kinds and their declarations, ``domain`` its declared domain, ``tally`` the checker's
+    counts, ``items`` / ``outcomes`` every suite test of the run (nodeid -> (backend id,
+    clauses) / (outcome, text))."""
+    tests, skip_reasons, test_outcomes = Counter(), Counter(), {}
+    kind_tests: dict[str, Counter] = defaultdict(Counter)
+    for nodeid, (backend_id, ids) in items.items():
+        if backend_id != backend["id"]:
+            continue
+        outcome, text = outcomes.get(nodeid, ("not run", ""))
+        tests[outcome] += 1
+        kind_tests[kind_of_test(ids)][outcome] += 1
+        test_outcomes[nodeid] = outcome
+        if outcome == "skipped":
+            skip_reasons[text] += 1
+    clauses = clause_statuses(items, outcomes, backend["id"], tally.allowance_uses,
+                              declared.kinds)
+    contract = contract_summary(tally.contract)
+    verdict = verdicts(clauses, contract, strict_inputs, tests)
+    kinds = {}
+    for name in (k for k in KINDS if k in declared.kinds):
+        rows = {c: row for c, row in clauses.items() if kind_of_clause(c) == name}
+        own = contract_summary([item for item in tally.contract
+                                if kind_of_clause(item["clause"]) == name])
+        part = verdicts(rows, own, strict_inputs, kind_tests[name])
+        kinds[name] = {"description": KINDS[name].description,
+                       "declarations": declared.declarations[name],
+                       "verdict": part["verdict"], "numerics": part["numerics"],
+                       "clauses_broken": part["clauses_broken"],
+                       "clauses_not_judged": part["clauses_not_judged"],
+                       "tests": dict(kind_tests[name]),
+                       "clauses": {c: row["status"] for c, row in rows.items()}}
+    if "gemm" in kinds:  # what the GEMM judge saw: output elements, bit for bit or by interval
+        kinds["gemm"]["outputs"] = tally.gemm.as_json()
+        kinds["gemm"]["outputs_text"] = tally.gemm.describe()
+    return {
+        "certificate_version": 1,
+        "verdict": verdict["verdict"],
+        "verdicts": verdict,
+        "kit": {"name": "hscale-nvfp4", "version": __version__},
+        "spec": {"version": SPEC_VERSION, "source": "docs/spec.md (hscale.docs/spec.md)",
+                 "clauses": len(clause_ids())},
+        "backend": backend,
+        "kinds_declared": [k for k in KINDS if k in declared.kinds],
+        "kinds": kinds,
+        "domain": domain.as_json(),
+        "domain_text": domain.describe(),
+        "profile": profile,
+        "allowances": list(allowances),
+        "allowance_uses": {k: v for k, v in sorted(tally.allowance_uses.items())},
+        # every allowance a finding of this run (every generated example included) needed,
+        # with how many findings each would excuse: what to --allow for the faithful profile
+        "allowances_needed": {k: v for k, v in tally.allowances_needed.most_common()},
+        "tolerance_uses": tally.tolerance_uses,
+        "strict_inputs": strict_inputs,
+        "checks": tally.checks,
+        "groups_checked": tally.groups,
+        "adaptations": dict(tally.adaptations),
+        "hypothesis": hypothesis,
+        "tests": dict(tests),
+        "test_outcomes": test_outcomes,
+        "skip_reasons": dict(skip_reasons.most_common(20)),
+        "clauses": clauses,
+        "violations": {c: row["failing"] for c, row in clauses.items() if row["failed"]},
+        "errors_on_valid_input": {c: row["failing"] for c, row in clauses.items()
+                                  if row["error"] and not row["failed"]},
+        "input_contract": contract,
+        "command": command,
+        "duration_s": round(duration_s, 1),
+    }
 
 
 def render_summary(certificate: dict) -> list[str]:
@@ -154,11 +245,22 @@ def render_summary(certificate: dict) -> list[str]:
     partial = certificate["verdicts"].get("clauses_not_judged", [])
     lines = [f"certificate for {backend['id']} ({backend['version']}): "
              f"{certificate['verdict'].upper()}"
-             + (f" (a partial run: {len(partial)} clauses not judged)" if partial else ""),
-             f"  profile {certificate['profile']}"
-             + (f", allowances {', '.join(certificate['allowances'])}"
-                if certificate["allowances"] else "")
-             + f"; domain: {certificate['domain_text']}"]
+             + (f" (a partial run: {len(partial)} clauses not judged)" if partial else "")]
+    declared = certificate.get("kinds_declared", ["weight"])
+    for name, part in certificate.get("kinds", {}).items():
+        said = "; ".join(f"{attribute} {shown(v)}"
+                         for attribute, v in part["declarations"].items())
+        counts = Counter(part["clauses"].values())
+        lines.append(f"  kind {name} ({said or 'nothing to declare'}): "
+                     f"{part['verdict'].upper()}; clauses: "
+                     + "; ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s]))
+        if name == "weight":
+            lines.append(f"    profile {certificate['profile']}"
+                         + (f", allowances {', '.join(certificate['allowances'])}"
+                            if certificate["allowances"] else "")
+                         + f"; domain: {certificate['domain_text']}")
+        if "outputs_text" in part:
+            lines.append(f"    {part['outputs_text']}")
     by_status = defaultdict(list)
     for cid, row in certificate["clauses"].items():
         if cid in registry():
@@ -173,19 +275,43 @@ def render_summary(certificate: dict) -> list[str]:
         lines.append("  note: the swizzled layout is wrong (NVFP4-PACK-3), so the scale bytes were "
                      "read back from the wrong places: look at NVFP4-PACK-3 first, the other "
                      "failures may follow from it")
+    layout = certificate.get("kinds", {}).get("activation", {}).get("declarations", {}).get(
+        "activation_scale_layout", "row-major")
+    if "NVFP4-ACT-10" in by_status["fail"] and len(by_status["fail"]) > 1 and layout != "row-major":
+        lines.append(f"  note: the {layout} layout is wrong (NVFP4-ACT-10), so the scale bytes "
+                     "were read back from the wrong places: look at NVFP4-ACT-10 first, the "
+                     "other failures may follow from it")
     by_reason = defaultdict(list)  # one line per reason: the clauses it covers
+    undeclared = Counter()  # a kind not declared: one count, not its every clause
     for status in ("not applicable", "not judged"):
         by_reason.clear()
         for cid in by_status[status]:
+            kind = kind_of_clause(cid)
+            if status == "not applicable" and kind is not None and kind not in declared:
+                undeclared[kind] += 1
+                continue
             by_reason[certificate["clauses"][cid].get("reason", "")].append(cid)
         for reason, cids in by_reason.items():
             lines.append(f"  {status}: {', '.join(cids)}: {reason}")
+    if undeclared:
+        lines.append("  not applicable: the clauses of the kinds it does not declare ("
+                     + ", ".join(f"{kind}: {n}" for kind, n in undeclared.items()) + ")")
     uses = certificate["allowance_uses"]
     if uses:
         lines.append("  allowances used: " + ", ".join(f"{a} ({n})" for a, n in uses.items()))
-    counts = certificate["input_contract"]["counts"]
-    role = "decides the verdict" if certificate["strict_inputs"] else "reported, not judged"
-    lines.append(f"  input contract ({role}): "
-                 + ", ".join(f"{n} {outcome}" for outcome, n in counts.items()))
+    needed = {a: n for a, n in certificate.get("allowances_needed", {}).items()
+              if a in ALLOWANCES}
+    if needed:
+        lines.append("  allowances needed (every finding of this run, generated examples "
+                     "included): " + ", ".join(f"{a} ({n})" for a, n in needed.items()))
+        lines.append("    rerun with: --profile faithful "
+                     + " ".join(f"--allow {a}" for a in list(certificate["allowances"])
+                                + list(needed)))
+    if "weight" in declared:
+        counts = certificate["input_contract"]["counts"]
+        role = "decides the verdict" if certificate["strict_inputs"] else "reported, not judged"
+        lines.append(f"  input contract ({role}): "
+                     + (", ".join(f"{n} {outcome}" for outcome, n in counts.items())
+                        if sum(counts.values()) else "no bad input was fed in this run"))
     lines.append(f"  reproduce: {certificate['command']}")
     return lines

@@ -30,14 +30,16 @@ from __future__ import annotations
 import re
 import traceback
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pytest
 
 from hscale.conformance.certificate import RAISED_ON_VALID_INPUT
 from hscale.judge.cases import Case
-from hscale.judge.diagnose import GROUP, diagnose, observe
+from hscale.judge.diagnose import (GROUP, diagnose, excusing_allowances,
+                                  name_excusing_allowances, observe)
+from hscale.judge.findings import Finding
 from hscale.judge.domain import Domain, is_weight_dtype
 from hscale.judge.independent import nearest_reciprocal_read_back
 from hscale.judge.profiles import EXACT
@@ -50,16 +52,52 @@ OWN_BACKEND_MODULES = ("hscale.backends.", "hscale.conformance.mutants", "confor
 THIRD_PARTY_MODULES = ("hscale.backends.interop.",)
 
 
+def fail_raised(label: str, case, error: Exception) -> None:
+    """Fail the test: the backend raised on a valid input (an error, not a finding), with the
+    case and where it raised."""
+    where = traceback.extract_tb(error.__traceback__)[-1]
+    text = "".join(traceback.format_exception_only(type(error), error)).strip()
+    pytest.fail(f"backend {label!r} {RAISED_ON_VALID_INPUT} (an error, not a finding: nothing "
+                f"was judged)\n  case: {case.describe()}\n  {text}\n"
+                f"  (at {where.filename}:{where.lineno})", pytrace=False)
+
+
+@dataclass
+class GemmTally:
+    """Per-backend GEMM counts that go into the certificate."""
+
+    checks: int = 0
+    elements: int = 0  # output elements judged
+    exact: int = 0  # of them, with one admissible value (judged bit for bit)
+    not_judged: Counter = field(default_factory=Counter)  # reason -> elements
+    adaptations: Counter = field(default_factory=Counter)
+
+    def as_json(self) -> dict:
+        return {"gemms": self.checks, "output_elements_judged": self.elements,
+                "of_them_with_one_admissible_value": self.exact,
+                "not_judged": dict(self.not_judged), "adaptations": dict(self.adaptations)}
+
+    def describe(self) -> str:
+        text = (f"{self.checks} GEMMs, {self.elements} output elements judged ({self.exact} "
+                "with one admissible value, bit for bit)")
+        if self.not_judged:
+            text += "; not judged: " + "; ".join(f"{n} ({reason})"
+                                                 for reason, n in self.not_judged.items())
+        return text
+
+
 @dataclass
 class Tally:
     """Per-backend counts that go into the certificate."""
 
     allowance_uses: Counter = field(default_factory=Counter)
+    allowances_needed: Counter = field(default_factory=Counter)  # findings each would excuse
     tolerance_uses: int = 0
     checks: int = 0
     groups: int = 0
     adaptations: Counter = field(default_factory=Counter)  # how cases entered the domain
     contract: list = field(default_factory=list)  # one entry per bad input tried
+    gemm: GemmTally = field(default_factory=GemmTally)  # the gemm kind's counts
 
 
 def is_reference_backend(backend) -> bool:
@@ -76,7 +114,8 @@ def is_own_backend(backend) -> bool:
 class Checker:
     def __init__(self, backend, label: str, profile: str = EXACT, allowances=(),
                  tally: Tally | None = None, clauses=(), strict_errors: bool | None = None,
-                 domain: Domain | None = None, strict_inputs: bool = False, test: str = ""):
+                 domain: Domain | None = None, strict_inputs: bool = False, test: str = "",
+                 in_hypothesis: bool = False):
         self.backend = backend
         self.label = label
         self.profile = profile
@@ -89,6 +128,9 @@ class Checker:
         self.strict_errors = is_own_backend(backend) if strict_errors is None else strict_errors
         self.strict_inputs = strict_inputs
         self.test = test
+        self.in_hypothesis = in_hypothesis  # a Hypothesis test: out-of-domain draws are rejected
+        self.deferred: list[str] = []  # failures kept for the test's end (fail_or_defer)
+        self.needed: Counter = Counter()  # allowances this test's findings need
         self.raw = None  # what the backend returned for the last case, as returned
         self.last_case = None  # the last case as the backend received it (in its domain)
         self.last_observed = None  # its result record, whole (before cropping)
@@ -125,12 +167,28 @@ class Checker:
         weight = np.asarray(case.weight)
         if weight.ndim != 2 or not (weight.dtype.kind == "f" or is_weight_dtype(weight.dtype)):
             return case
+        hows = []
+        ceilings = self.domain.scale_ceilings
+        if ceilings is not None and case.global_scale is None and \
+                float(case.scale_ceiling) not in ceilings:
+            if not (rounding or self.in_hypothesis):  # a construction, not data
+                self.leave_out(f"outside the declared domain: backend {self.label!r} takes the "
+                               f"scale ceiling {'/'.join(f'{c:g}' for c in ceilings)} only, this "
+                               f"construction needs C = {float(case.scale_ceiling):g}",
+                               "another scale ceiling")
+            case = case.with_(scale_ceiling=ceilings[0])
+            hows.append(f"scale ceiling set to {ceilings[0]:g}")
         converted, how = self.domain.weight_in_domain(weight, rounding)
         if converted is None:
-            pytest.skip(f"outside the declared domain: this construction is exact in "
-                        f"{weight.dtype.name}, not in {'/'.join(self.domain.input_dtypes)} "
-                        f"(backend {self.label!r})")
-        hows = [how] if how else []
+            self.leave_out(f"outside the declared domain: this construction is exact in "
+                           f"{weight.dtype.name}, not in {'/'.join(self.domain.input_dtypes)} "
+                           f"(backend {self.label!r})", "not exact in the declared dtypes")
+        why = self.domain.outside_magnitudes(converted, case.global_scale, case.scale_ceiling)
+        if why:
+            self.leave_out(f"outside the declared domain: {why}",
+                           "s_g outside the declared range" if why.startswith("s_g") else
+                           "a group maximum below the declared minimum")
+        hows += [how] if how else []
         h = case.hessian_diag
         if any(self.domain.padding(converted.shape)):
             converted, h = self.domain.pad_weight(converted, h)
@@ -142,6 +200,16 @@ class Checker:
         return case.with_(weight=converted, hessian_diag=h,
                           title=f"{case.title or case.id} ({'; '.join(hows)})")
 
+    def leave_out(self, reason: str, what: str):
+        """A case outside the declared domain: skipped with the reason, or, drawn by
+        Hypothesis, rejected (another example is drawn) and counted in the certificate under
+        ``what``."""
+        if self.in_hypothesis:
+            import hypothesis
+            self.tally.adaptations[f"generated, outside the declared domain: {what}"] += 1
+            hypothesis.reject()
+        pytest.skip(reason)
+
     # -- running ------------------------------------------------------------------------------
     def run(self, case: Case, rounding: bool = False):
         """``(the case as run, the backend's result as the one result record)``."""
@@ -151,11 +219,7 @@ class Checker:
         try:
             raw = self.backend.quantize(*args, **kwargs)
         except Exception as error:  # noqa: BLE001 - any exception on valid input fails the test
-            where = traceback.extract_tb(error.__traceback__)[-1]
-            text = "".join(traceback.format_exception_only(type(error), error)).strip()
-            pytest.fail(f"backend {self.label!r} {RAISED_ON_VALID_INPUT} (an error, not a "
-                        f"finding: nothing was judged)\n  case: {case.describe()}\n  {text}\n"
-                        f"  (at {where.filename}:{where.lineno})", pytrace=False)
+            fail_raised(self.label, case, error)
         self.raw, self.last_case = raw, case
         observed, findings = observe(raw, case, self.convention, self.domain.scale_layout)
         if findings:
@@ -189,9 +253,33 @@ class Checker:
         self.tally.allowance_uses.update(diagnosis.allowance_uses)
         self.tally.tolerance_uses += diagnosis.tolerance_uses
         if not diagnosis.ok:
-            pytest.fail("\n".join([self._header(case_run)] + diagnosis.render(case_run)),
-                        pytrace=False)
+            self.fail_or_defer("\n".join([self._header(case_run)] + diagnosis.render(case_run)),
+                               diagnosis.excused_by)
         return crop(observed, case.shape)
+
+    def fail_or_defer(self, message: str, excused_by):
+        """Fail the test with ``message``; or, in a Hypothesis test whose every finding one more
+        allowance (or the faithful profile) would excuse, keep drawing examples: the allowances
+        every example needs are counted, and the test fails when it ends, with all of them
+        (``deferred_report``). So one run names every allowance a kernel needs, where
+        Hypothesis alone stops at a test's first failure. ``excused_by``: per finding, what
+        would excuse it (``hscale.judge.diagnose.excusing_allowances``; None: unknown)."""
+        needed = [names[0] for names in (excused_by or ()) if names]
+        self.tally.allowances_needed.update(needed)
+        self.needed.update(needed)
+        if self.in_hypothesis and excused_by and all(excused_by):
+            self.deferred.append(message)
+            return
+        pytest.fail(message, pytrace=False)
+
+    def deferred_report(self) -> str | None:
+        """The failure of a test whose examples were kept drawing (None: none deferred)."""
+        if not self.deferred:
+            return None
+        needed = ", ".join(f"{name} ({n})" for name, n in self.needed.most_common())
+        more = len(self.deferred) - 1
+        return (self.deferred[0] + (f"\n  ... and {more} more generated examples" if more else "")
+                + f"\n  every example of this test together needs: {needed}")
 
     def _header(self, case: Case) -> str:
         return (f"backend {self.label!r} does not conform (profile {self.profile}) on "
@@ -311,11 +399,22 @@ class Checker:
         more = f"\n  ... and {len(diff) - 5} more" if len(diff) > 5 else ""
         self.fail(clause, f"{what}:\n    " + "\n    ".join(lines) + more, case)
 
-    def fail(self, clause: str, text: str, case: Case | None = None):
-        """A spec-speaking failure for checks made outside ``check`` (properties, layouts)."""
+    def fail(self, clause: str, text: str, case: Case | None = None, observed=None,
+             group=None):
+        """A spec-speaking failure for checks made outside ``check`` (properties, layouts,
+        the oracle). Given the result ``observed`` (for ``case``, at its shape) and the
+        ``group`` (r, i) the failure is about, it names the allowance that would excuse it,
+        and a Hypothesis test keeps drawing (``fail_or_defer``)."""
         where = f" on {case.describe()}" if case is not None else ""
-        pytest.fail(f"backend {self.label!r} does not conform (profile {self.profile}){where}\n"
-                    f"  [{clause}] {text}", pytrace=False)
+        excused_by = None
+        if observed is not None and case is not None:
+            finding = Finding(clause, text, group)
+            excused_by = excusing_allowances(case, observed, [finding], self.profile,
+                                             self.allowances)
+            text = name_excusing_allowances(case, observed, [finding], self.profile,
+                                            self.allowances, excused_by)[0].text
+        self.fail_or_defer(f"backend {self.label!r} does not conform (profile {self.profile})"
+                           f"{where}\n  [{clause}] {text}", excused_by)
 
 
 def crop(observed: QuantizedWeight, shape) -> QuantizedWeight:
@@ -324,16 +423,16 @@ def crop(observed: QuantizedWeight, shape) -> QuantizedWeight:
     if observed.codes.shape == (rows, cols):
         return observed
     groups = cols // GROUP
-    initial = None if observed.initial_bytes is None else observed.initial_bytes[:rows, :groups]
-    cut = QuantizedWeight.from_bytes(observed.codes[:rows, :cols],
-                                     observed.scale_bytes[:rows, :groups], initial,
-                                     observed.global_scale, method=observed.method,
-                                     init=observed.init, K=observed.K, U=observed.U,
-                                     scale_ceiling=observed.scale_ceiling)
-    if observed.delta is not None:
-        object.__setattr__(cut, "delta", np.ascontiguousarray(observed.delta[:rows, :groups]))
-    object.__setattr__(cut, "packed", np.ascontiguousarray(observed.packed[:rows, :cols // 2]))
-    return cut
+
+    def cut(array, width):
+        return None if array is None else np.ascontiguousarray(array[:rows, :width])
+
+    # Every field cut or kept, the stored reciprocal global scale included: a cropped record
+    # is diagnosed as the whole one is.
+    return replace(observed, codes=cut(observed.codes, cols), packed=cut(observed.packed, cols // 2),
+                   scale_bytes=cut(observed.scale_bytes, groups),
+                   delta=cut(observed.delta, groups),
+                   initial_bytes=cut(observed.initial_bytes, groups))
 
 
 def _index_re(index) -> str:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from hscale.conformance.activation_checker import ActivationChecker
 from hscale.conformance.checker import Checker
+from hscale.judge.activation_domain import ActivationDomain
 from hscale.conformance.plugin import STATE_KEY, BackendEntry, SuiteState
 from hscale.conformance.zoo import ModelZoo
 
@@ -46,7 +48,17 @@ def checker(request, backend, backend_entry, suite_state) -> Checker:
     return Checker(backend, backend_entry.id, suite_state.profile, suite_state.allowances,
                    backend_entry.tally, marker_ids, strict_errors=strict,
                    domain=backend_entry.domain, strict_inputs=suite_state.strict_inputs,
-                   test=request.node.nodeid)
+                   test=request.node.nodeid,
+                   in_hypothesis=bool(getattr(request.function, "is_hypothesis_test", False)))
+
+
+@pytest.fixture
+def activation_checker(request, backend, backend_entry, suite_state) -> ActivationChecker:
+    """The checker of an activation test (the kind is the backend's: a backend that does not
+    declare it never reaches here, its activation tests are skipped at collection)."""
+    domain = ActivationDomain.of(backend_entry.declared.declarations["activation"])
+    return ActivationChecker(backend, backend_entry.id, domain, backend_entry.tally,
+                             test=request.node.nodeid)
 
 
 @pytest.fixture(scope="session")
@@ -57,3 +69,11 @@ def profile(suite_state) -> str:
 @pytest.fixture(scope="session")
 def zoo() -> ModelZoo:
     return ModelZoo()
+
+
+@pytest.fixture
+def gemm_checker(request, backend, backend_entry):
+    """A GEMM case runner for the backend (its gemm kind; skips when it does not declare it)."""
+    from hscale.conformance.gemm_checker import GemmChecker
+    return GemmChecker(backend, backend_entry.id, backend_entry.tally.gemm,
+                       test=request.node.nodeid)

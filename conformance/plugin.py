@@ -7,7 +7,8 @@
 Options (docs/conformance.md):
 
 --backend NAME            built-in (numpy, torch, torch-cuda, cupy) or package.module:factory;
-                          repeatable; default: every built-in (unavailable ones skip). A backend
+                          repeatable; default: every built-in that can run here (the others are
+                          left out, one line says which and why). A backend
                           named here must be able to run, or the session stops with its reason
                           (unless --allow-unavailable)
 --allow-unavailable       let a named backend that cannot run here skip instead
@@ -36,18 +37,19 @@ import os
 import re
 import shlex
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from hscale import SPEC_VERSION, __version__
 from hscale.conformance import certificate as cert
 from hscale.conformance.checker import Tally
+from hscale.judge.activations import judged_under
 from hscale.judge.clauses import clause_ids, is_known
 from hscale.judge.domain import Domain
+from hscale.judge.kinds import (DEFAULT_KINDS, JUDGED_ELSEWHERE, KINDS, Declared, declared_kinds,
+                                kind_of_test)
 from hscale.judge.options import suite_options
 from hscale.judge.profiles import check_profile
 
@@ -81,6 +83,7 @@ class BackendEntry:
     reason: str
     explicit: bool = False  # named with --backend (it must run)
     domain: Domain = field(default_factory=Domain)
+    declared: Declared = field(default_factory=lambda: Declared(DEFAULT_KINDS, {}))
     tally: Tally = field(default_factory=Tally)
     report: dict | None = None  # the certificate, once written
     report_path: str = ""
@@ -109,6 +112,7 @@ class SuiteState:
     finished: int = 0  # tests of the suite finished so far (for the progress lines)
     last_progress: float = field(default_factory=time.time)
     suite_started: float | None = None  # when the first of the suite's tests started
+    left_out: dict = field(default_factory=dict)  # built-ins a run without --backend left out
 
 
 STATE_KEY = pytest.StashKey[SuiteState]()
@@ -141,7 +145,7 @@ def suite_requested(config) -> bool:
 
 
 def _load_backends(config) -> dict[str, BackendEntry]:
-    from hscale.backends import get
+    from hscale.backends import load
 
     given = config.getoption("backend")
     explicit = given is not None
@@ -149,7 +153,11 @@ def _load_backends(config) -> dict[str, BackendEntry]:
     entries: dict[str, BackendEntry] = {}
     for spec in specs:
         try:
-            backend = get(spec)
+            backend = load(spec)
+            missing = [a for a in ("name", "version", "available") if not hasattr(backend, a)]
+            if missing:
+                raise ValueError(f"backend {spec!r}: object lacks {', '.join(missing)} (see "
+                                 "docs/backends.md for the protocol)")
         except ValueError as exc:
             if explicit:
                 raise pytest.UsageError(
@@ -162,6 +170,10 @@ def _load_backends(config) -> dict[str, BackendEntry]:
             raise pytest.UsageError(f"--backend {spec}: the factory raised "
                                     f"{type(exc).__name__}: {exc}") from None
         try:
+            declared = declared_kinds(backend, f"--backend {spec}")
+        except ValueError as exc:
+            raise pytest.UsageError(f"{exc} (the declared kinds, docs/backends.md)") from None
+        try:
             domain = Domain.of(backend, f"--backend {spec}")
         except ValueError as exc:
             raise pytest.UsageError(f"{exc} (the declared domain, docs/backends.md)") from None
@@ -173,7 +185,7 @@ def _load_backends(config) -> dict[str, BackendEntry]:
         if ident in entries or not re.fullmatch(r"[\w.+-]+", ident):
             ident = re.sub(r"[^\w.+-]", "_", spec)
         entries[ident] = BackendEntry(spec, ident, backend, bool(ok), str(reason or ""), explicit,
-                                      domain)
+                                      domain, declared)
     return entries
 
 
@@ -216,8 +228,14 @@ def pytest_configure(config):
             raise pytest.UsageError(
                 f"--backend {entry.spec}: cannot run here: {entry.reason} (a backend named on "
                 "the command line must run; --allow-unavailable lets it skip instead)")
+    left_out = {}
+    if not config.getoption("backend"):
+        # A run without --backend judges the built-ins that can run here; the others are left
+        # out (no test of theirs is collected), and the header says which and why.
+        left_out = {ident: entry.reason for ident, entry in backends.items() if not entry.available}
+        backends = {ident: entry for ident, entry in backends.items() if entry.available}
     config.stash[STATE_KEY] = SuiteState(
-        backends=backends, profile=profile, allowances=allowances,
+        backends=backends, profile=profile, allowances=allowances, left_out=left_out,
         report_option=config.getoption("conformance_report"),
         strict_inputs=config.getoption("strict_inputs"),
         hypothesis_profile=settings._current_profile or "default",
@@ -228,6 +246,14 @@ def _state(config) -> SuiteState | None:
     return config.stash.get(STATE_KEY, None)
 
 
+def left_out_line(left_out: dict) -> str:
+    """One line: the built-in backends a run without --backend left out, each with its
+    reason."""
+    return ("conformance backends left out (cannot run here; name one with --backend "
+            "--allow-unavailable to see its tests skip): "
+            + "; ".join(f"{ident}: {reason}" for ident, reason in left_out.items()))
+
+
 def pytest_report_header(config):
     st = _state(config)
     if st is None:
@@ -235,10 +261,13 @@ def pytest_report_header(config):
     s = settings()
     lines = []
     for e in st.backends.values():
-        caps = ", ".join(sorted(getattr(e.backend, "capabilities", ()))) or "-"
         avail = "available" if e.available else f"UNAVAILABLE ({e.reason})"
-        lines.append(f"conformance backend {e.id} [{e.spec}]: version {e.version}; "
-                     f"capabilities {caps}; {e.domain.describe()}; {avail}")
+        kinds = "; ".join(f"kind {k}: {e.declared.describe(k) or '-'}"
+                          for k in KINDS if k in e.declared.kinds)
+        lines.append(f"conformance backend {e.id} [{e.spec}]: version {e.version}; {kinds}; "
+                     f"{e.domain.describe()}; {avail}")
+    if st.left_out:
+        lines.append(left_out_line(st.left_out))
     lines.append(f"conformance profile: {st.profile}; allowances: "
                  f"{', '.join(st.allowances) or 'none'}; input contract: "
                  f"{'decides the verdict' if st.strict_inputs else 'reported'}")
@@ -262,15 +291,52 @@ def pytest_collection_modifyitems(session, config, items):
             continue
         clauses = [c for m in item.iter_markers("clause") for c in m.args]
         backend_id = getattr(getattr(item, "callspec", None), "params", {}).get("backend_id")
+        try:
+            kind = kind_of_test(clauses)
+        except ValueError as exc:
+            raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
+        entry = st.backends.get(backend_id)
+        if kind is not None and entry is not None and kind not in entry.declared.kinds:
+            item.add_marker(pytest.mark.skip(reason=undeclared_kind_reason(entry, kind)))
+        elif kind == "activation" and entry is not None:
+            clauses = judged_under(
+                entry.declared.declarations["activation"]["activation_recipe"], clauses)
         st.items[item.nodeid] = (backend_id, clauses)
     wanted = set(config.getoption("clause"))
     if wanted:
         selected = [item for item in items
                     if wanted & {c for m in item.iter_markers("clause") for c in m.args}]
+        named = {c for item in selected for m in item.iter_markers("clause") for c in m.args}
+        for clause in sorted(wanted - named):
+            where = JUDGED_ELSEWHERE.get(clause, "no test of the suite names it")
+            st.items.clear()  # a usage error: no certificate
+            raise pytest.UsageError(f"--clause {clause}: no test of the suite judges it ({where})")
         deselected = [item for item in items if item not in selected]
         if deselected:
             config.hook.pytest_deselected(items=deselected)
             items[:] = selected
+
+
+#: What the reason of every test skipped for an undeclared kind says.
+KIND_SKIP = " does not declare the kind "
+
+
+def undeclared_kind_reason(entry: BackendEntry, kind: str) -> str:
+    """Why a test of ``kind`` skips on a backend that does not declare it."""
+    return (f"backend {entry.id!r}{KIND_SKIP}{kind!r} (it declares "
+            f"{', '.join(k for k in KINDS if k in entry.declared.kinds)})")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """A test whose checker kept drawing past findings that allowances would excuse
+    (``Checker.fail_or_defer``) fails now, at its end, naming every allowance it needed."""
+    result = yield
+    checker = pyfuncitem.funcargs.get("checker")
+    report = checker.deferred_report() if checker is not None else None
+    if report:
+        pytest.fail(report, pytrace=False)
+    return result
 
 
 def pytest_runtest_logreport(report):
@@ -353,55 +419,20 @@ def _report_paths(config, st: SuiteState) -> dict[str, Path]:
 
 
 def build_report(st: SuiteState, entry: BackendEntry) -> dict:
-    """The certificate of one backend (``hscale.conformance.certificate``)."""
-    tests, skip_reasons, outcomes = Counter(), Counter(), {}
-    for nodeid, (backend_id, _) in st.items.items():
-        if backend_id != entry.id:
-            continue
-        outcome, text = st.outcomes.get(nodeid, ("not run", ""))
-        tests[outcome] += 1
-        outcomes[nodeid] = outcome
-        if outcome == "skipped":
-            skip_reasons[text] += 1
-    clauses = cert.clause_statuses(st.items, st.outcomes, entry.id, entry.tally.allowance_uses)
-    contract = cert.contract_summary(entry.tally.contract)
-    verdict = cert.verdicts(clauses, contract, st.strict_inputs, tests)
+    """The certificate of one backend (built by ``hscale.conformance.certificate``)."""
     s = settings()
-    return {
-        "certificate_version": 1,
-        "verdict": verdict["verdict"],
-        "verdicts": verdict,
-        "kit": {"name": "hscale-nvfp4", "version": __version__},
-        "spec": {"version": SPEC_VERSION, "source": "docs/spec.md (hscale.docs/spec.md)",
-                 "clauses": len(clause_ids())},
-        "backend": {"id": entry.id, "spec": entry.spec, "version": entry.version,
-                    "name": getattr(entry.backend, "name", None),
-                    "capabilities": sorted(getattr(entry.backend, "capabilities", ())),
-                    "available": entry.available, "reason": entry.reason},
-        "domain": entry.domain.as_json(),
-        "domain_text": entry.domain.describe(),
-        "profile": st.profile,
-        "allowances": list(st.allowances),
-        "allowance_uses": {k: v for k, v in sorted(entry.tally.allowance_uses.items())},
-        "tolerance_uses": entry.tally.tolerance_uses,
-        "strict_inputs": st.strict_inputs,
-        "checks": entry.tally.checks,
-        "groups_checked": entry.tally.groups,
-        "adaptations": dict(entry.tally.adaptations),
-        "hypothesis": {"profile": st.hypothesis_profile, "max_examples": s.max_examples,
-                       "derandomize": s.derandomize,
-                       "seed": None if st.hypothesis_seed is None else str(st.hypothesis_seed)},
-        "tests": dict(tests),
-        "test_outcomes": outcomes,
-        "skip_reasons": dict(skip_reasons.most_common(20)),
-        "clauses": clauses,
-        "violations": {c: row["failing"] for c, row in clauses.items() if row["failed"]},
-        "errors_on_valid_input": {c: row["failing"] for c, row in clauses.items()
-                                  if row["error"] and not row["failed"]},
-        "input_contract": contract,
-        "command": st.command,
-        "duration_s": round(time.time() - st.started, 1),
-    }
+    return cert.build(
+        backend={"id": entry.id, "spec": entry.spec, "version": entry.version,
+                 "name": getattr(entry.backend, "name", None),
+                 "capabilities": sorted(getattr(entry.backend, "capabilities", ())),
+                 "available": entry.available, "reason": entry.reason},
+        declared=entry.declared, domain=entry.domain, tally=entry.tally, items=st.items,
+        outcomes=st.outcomes, profile=st.profile, allowances=st.allowances,
+        strict_inputs=st.strict_inputs,
+        hypothesis={"profile": st.hypothesis_profile, "max_examples": s.max_examples,
+                    "derandomize": s.derandomize,
+                    "seed": None if st.hypothesis_seed is None else str(st.hypothesis_seed)},
+        command=st.command, duration_s=time.time() - st.started)
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -422,13 +453,25 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     st = _state(config)
     if st is None:
         return
+    if st.left_out:
+        terminalreporter.write_line(left_out_line(st.left_out))
     for ident, e in st.backends.items():
         report = e.report
         if report is None:
             continue
+        for clause in config.getoption("clause"):  # asked for, and judged nothing: one line
+            row = report["clauses"].get(clause, {})
+            if row.get("status") not in ("pass", "allowed", "fail", "error"):
+                terminalreporter.write_line(
+                    f"--clause {clause}: nothing judged on backend {ident!r}: "
+                    f"{row.get('status', 'not judged')}: {row.get('reason', '')}")
         for line in cert.render_summary(report):
             terminalreporter.write_line(line)
         terminalreporter.write_line(f"  certificate: {e.report_path}")
-        if report["tests"].get("skipped") and report["backend"]["available"]:  # one line for the reason (the report lists them all)
-            reason, n = next(iter(report["skip_reasons"].items()))
+        # one line for the most common reason a test of a declared kind skipped (the
+        # certificate lists them all; an undeclared kind has its own line in the summary)
+        reasons = [(reason, n) for reason, n in report["skip_reasons"].items()
+                   if KIND_SKIP not in reason]
+        if reasons and report["backend"]["available"]:
+            reason, n = reasons[0]
             terminalreporter.write_line(f"  most common skip reason ({n}): {reason}")

@@ -60,7 +60,13 @@ def test_generated_layers_near_the_ladder_ends(checker, data):
 # -- single groups and tiny layers against the exact oracle ---------------------------------------
 
 def oracle_check(checker, case: Case, result):
+    """Every group of ``result`` against the exact-arithmetic oracle; the first failure ends
+    the check (in a Hypothesis test it may be deferred, ``Checker.fail_or_defer``: the example
+    is then done with). Each failure names the allowance that would excuse it."""
     obs = result
+
+    def fail(clause, text, group=None):
+        checker.fail(clause, text, case, observed=obs, group=group)
     w = case.exact_weight()
     m, n = w.shape
     amax = Fraction(float(np.max(np.abs(w))))
@@ -69,8 +75,9 @@ def oracle_check(checker, case: Case, result):
               float(oracle.global_scale(amax, Fraction(case.scale_ceiling))), case)))
     exact = checker.profile == EXACT
     if exact and Fraction(float(obs.global_scale)) != sg:
-        checker.fail("NVFP4-GS-3" if case.global_scale is not None else "NVFP4-GS-1",
-                     f"s_g expected {float(sg)!r} (oracle) observed {obs.global_scale!r}", case)
+        fail("NVFP4-GS-3" if case.global_scale is not None else "NVFP4-GS-1",
+             f"s_g expected {float(sg)!r} (oracle) observed {obs.global_scale!r}")
+        return
     sg = Fraction(float(obs.global_scale))
     h_all = (np.asarray(case.hessian_diag, dtype=np.float64) if case.method == "hscale"
              else np.ones(n))
@@ -87,9 +94,10 @@ def oracle_check(checker, case: Case, result):
                 event("spec fp64 choice differs from the exact-arithmetic choice")
             if exact:
                 if delta is not None and byte - delta != v.initial and v.initial != 0:
-                    checker.fail("NVFP4-INIT-1" if case.init == "maxabs" else "NVFP4-INIT-2",
-                                 f"{where}: initial byte expected 0x{v.initial:02X} (oracle) "
-                                 f"observed 0x{(byte - delta) & 0xFF:02X}", case)
+                    fail("NVFP4-INIT-1" if case.init == "maxabs" else "NVFP4-INIT-2",
+                         f"{where}: initial byte expected 0x{v.initial:02X} (oracle) "
+                         f"observed 0x{(byte - delta) & 0xFF:02X}", (r, i))
+                    return
                 if byte != v.chosen:
                     rows = {b: (E, X) for _, b, E, X in v.candidates}
                     e_exp = rows.get(v.chosen, (None, None))
@@ -97,16 +105,18 @@ def oracle_check(checker, case: Case, result):
                     init_clause = "NVFP4-INIT-1" if case.init == "maxabs" else "NVFP4-INIT-2"
                     clause = ("NVFP4-ZERO-1" if v.initial == 0 else init_clause if not v.candidates
                               else "HSCALE-ARGMIN-1" if e_exp[0] == e_obs[0] else "HSCALE-OBJ-1")
-                    checker.fail(clause, f"{where}: scale byte expected 0x{v.chosen:02X} (oracle; "
-                                 f"E fp64 = {_fmt(e_exp[0])}, exact = {_fmt(e_exp[1])}) observed "
-                                 f"0x{byte:02X} (E fp64 = {_fmt(e_obs[0])}, exact = "
-                                 f"{_fmt(e_obs[1])})", case)
+                    fail(clause, f"{where}: scale byte expected 0x{v.chosen:02X} (oracle; "
+                         f"E fp64 = {_fmt(e_exp[0])}, exact = {_fmt(e_exp[1])}) observed "
+                         f"0x{byte:02X} (E fp64 = {_fmt(e_obs[0])}, exact = "
+                         f"{_fmt(e_obs[1])})", (r, i))
+                    return
                 if codes != v.codes:
                     j = next(k for k in range(GROUP) if codes[k] != v.codes[k])
                     clause = ("NVFP4-E2M1-3" if codes[j] ^ v.codes[j] == 8 else "NVFP4-E2M1-2")
-                    checker.fail(clause, f"{where} element j={j}: w = {float(w[r, GROUP * i + j])!r}, "
-                                 f"code expected 0x{v.codes[j]:X} (oracle: exact rounding of "
-                                 f"|w|/s) observed 0x{codes[j]:X}", case)
+                    fail(clause, f"{where} element j={j}: w = {float(w[r, GROUP * i + j])!r}, "
+                         f"code expected 0x{v.codes[j]:X} (oracle: exact rounding of "
+                         f"|w|/s) observed 0x{codes[j]:X}", (r, i))
+                    return
             elif v.candidates and 1 <= byte <= 126 and (delta is None or byte - delta == v.initial):
                 # faithful: the chosen byte's exact objective within tolerance of the exact min
                 rows = {b: X for _, b, _, X in v.candidates}
@@ -115,9 +125,10 @@ def oracle_check(checker, case: Case, result):
                     s0 = sum(Fraction(h) * Fraction(x) ** 2 for h, x in zip(h_all[sl], w[r, sl]))
                     tol = independent.objective_tolerance(float(best), float(s0))
                     if float(rows[byte] - best) > float(tol):
-                        checker.fail("HSCALE-OBJ-1", f"{where}: byte 0x{byte:02X} has exact "
-                                     f"objective {float(rows[byte])!r}, the window minimum is "
-                                     f"{float(best)!r} (tolerance {float(tol):.3g})", case)
+                        fail("HSCALE-OBJ-1", f"{where}: byte 0x{byte:02X} has exact "
+                             f"objective {float(rows[byte])!r}, the window minimum is "
+                             f"{float(best)!r} (tolerance {float(tol):.3g})", (r, i))
+                        return
 
 
 def _fmt(x):

@@ -1,30 +1,18 @@
 """E2M1, the 4-bit element format of NVFP4 (spec clauses NVFP4-E2M1-1 .. NVFP4-E2M1-3).
 
 A code is 4 bits: bit 3 the sign, bits 2..1 the exponent, bit 0 the mantissa. Only the
-magnitude table below matters to the arithmetic; the bit fields are written next to it.
+magnitude table matters to the arithmetic; it lives, with its bit fields, in ``constants``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .constants import E2M1_MAGNITUDES, E2M1_MIDPOINTS
+
 SIGN_BIT = 0x8  # NVFP4-E2M1-1
 
-# NVFP4-E2M1-1: magnitude of codes 0..7    exponent bits  mantissa bit
-E2M1_MAGNITUDES = (
-    0.0,  # 0b000  subnormal 0
-    0.5,  # 0b001  subnormal 0.5 * 2^0
-    1.0,  # 0b010  1.0 * 2^0
-    1.5,  # 0b011  1.5 * 2^0
-    2.0,  # 0b100  1.0 * 2^1
-    3.0,  # 0b101  1.5 * 2^1
-    4.0,  # 0b110  1.0 * 2^2
-    6.0,  # 0b111  1.5 * 2^2  (the largest magnitude: encoding saturates here)
-)
 MAX_MAGNITUDE = E2M1_MAGNITUDES[-1]
-
-# NVFP4-E2M1-2: the midpoint between magnitude code k and k + 1, for k = 0..6.
-E2M1_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 
 # Value of every code 0x0..0xF (0x8 is -0.0), as float64.
 E2M1_VALUES = np.array(

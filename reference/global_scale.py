@@ -12,10 +12,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from .constants import DEFAULT_SCALE_CEILING, E4M3_MAX
+from .constants import DEFAULT_SCALE_CEILING, E4M3_MAX, FP32_SMALLEST_NORMAL
 from .e2m1 import MAX_MAGNITUDE
 
-FP32_SMALLEST_NORMAL = 2.0 ** -126
 FP32_MANTISSA_BITS = 23
 # The smallest real that rounds to +inf in fp32 (ties to even): 2^128 - 2^103, halfway between
 # the largest finite fp32 value and 2^128.

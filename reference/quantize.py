@@ -56,6 +56,9 @@ class QuantizedWeight:
     the dequantization multiplier; ``delta`` int8 (m, n/16), the chosen shift from the initial
     byte (0 for rtn and for zero groups), and ``initial_bytes`` uint8 (m, n/16): both None for a
     result that does not say (a third-party implementation without a search).
+    ``stored_global_scale``: for a result that stores its global scale as the reciprocal
+    ``r = 6C/amax`` (NVFP4-GS-4), the fp32 value stored (``global_scale`` is then the multiplier
+    it reads back as, ``fp32(1/r)``); None for a result that stores the multiplier itself.
     """
 
     codes: np.ndarray
@@ -69,6 +72,7 @@ class QuantizedWeight:
     U: int = DEFAULT_U
     scale_ceiling: float = DEFAULT_SCALE_CEILING
     initial_bytes: np.ndarray | None = field(default=None, repr=False)
+    stored_global_scale: np.float32 | None = field(default=None, repr=False)
 
     @property
     def shape(self) -> tuple[int, int]:

@@ -13,7 +13,8 @@ import ml_dtypes
 import numpy as np
 
 from .constants import E4M3_MAX, GROUP_SIZE
-from .global_scale import FP32_SMALLEST_NORMAL, dequantizes_finitely
+from .constants import FP32_SMALLEST_NORMAL
+from .global_scale import dequantizes_finitely
 
 WEIGHT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 METHODS = ("rtn", "scale-only", "hscale", "hscale-block")

@@ -1,9 +1,13 @@
 """Fixtures shared by the tests: the seeded tiny decoder on disk and its RTN checkpoints in both
 layouts, built once per session; a built-in backend, or a skip saying why it cannot run; the
-calibrated full models; the self-tests' subprocess runs of the installed suite."""
+calibrated full models; the self-tests' subprocess runs of the installed suite; one quick
+one-clause `hscale conform` run of the numpy backend."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +30,19 @@ def checkpoints(tiny, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("checkpoints")
     return {fmt: quantized(tiny, out / fmt, format=fmt)
             for fmt in ("compressed-tensors", "modelopt")}
+
+
+@pytest.fixture(scope="session")
+def numpy_one_clause_run(tmp_path_factory):
+    """``(the finished process, its certificate)``: ``hscale conform --backend numpy --quick
+    --clause NVFP4-E2M1-1``, a partial run of a weight quantizer."""
+    where = tmp_path_factory.mktemp("one-clause")
+    done = subprocess.run(
+        [sys.executable, "-m", "hscale", "conform", "--backend", "numpy", "--quick",
+         "--clause", "NVFP4-E2M1-1", "--certificate", str(where / "cert.json")],
+        cwd=where, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    return done, json.loads((where / "cert.json").read_text())
 
 
 @pytest.fixture(scope="session")

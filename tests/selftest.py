@@ -108,12 +108,23 @@ def summary(report: dict) -> str:
             f"allowance uses {report.get('allowance_uses')}")
 
 
+def certificate_of(runs, run_name, backend_id):
+    """``(run, certificate)`` of one backend of one self-test run, failing with the run's
+    output when it wrote none."""
+    run = runs[run_name]
+    report = run.reports.get(backend_id)
+    assert report is not None, (f"run {run_name!r} wrote no certificate for {backend_id} (exit "
+                                f"{run.returncode}):\n{run.output[-4000:]}")
+    return run, report
+
+
 # ------------------------------------------------------------------------------------------
 # Every run of the self-tests, started together (longest first) by one session fixture
 # ------------------------------------------------------------------------------------------
 
 M = "hscale.conformance.mutants:"
 MARK = "<!-- adapter-example -->"
+ACTIVATION_MARK = "<!-- activation-adapter-example -->"
 
 # mutant -> the clause its failures must cite under the exact profile
 EXACT_EXPECT = {
@@ -205,12 +216,12 @@ def create_wrong():
 '''
 
 
-def adapter_source() -> str:
-    """The adapter example of docs/backends.md (the python block after the marker)."""
+def adapter_source(mark: str = MARK) -> str:
+    """An adapter example of docs/backends.md (the python block after the marker)."""
     import re
     text = (REPO_ROOT / "docs" / "backends.md").read_text(encoding="utf-8")
-    assert MARK in text, f"docs/backends.md lost its {MARK} marker"
-    block = re.search(r"```python\n(.*?)```", text[text.index(MARK):], re.S)
+    assert mark in text, f"docs/backends.md lost its {mark} marker"
+    block = re.search(r"```python\n(.*?)```", text[text.index(mark):], re.S)
     assert block, "no python block after the adapter marker in docs/backends.md"
     return block.group(1)
 
@@ -227,14 +238,17 @@ def all_runs(tmp: Path) -> dict[str, Run]:
     (pkg / "myadapter.py").write_text(adapter_source(), encoding="utf-8")
     (pkg / "rtnonly.py").write_text(RTN_ONLY, encoding="utf-8")
     (pkg / "plain.py").write_text(PLAIN, encoding="utf-8")
+    (pkg / "myactivations.py").write_text(adapter_source(ACTIVATION_MARK), encoding="utf-8")
     env = {"PYTHONPATH": str(pkg)}
     runs += [Run("adapter", ["myadapter:create"], env=env),
              Run("rtnonly", ["rtnonly:create"], env=env),
-             Run("plain", ["plain:create", "plain:create_wrong"], env=env)]
+             Run("plain", ["plain:create", "plain:create_wrong"], env=env),
+             Run("activation-adapter", ["myactivations:create"], env=env, conform=True)]
     for mutant, allowance, _, other in ALLOWED:
         runs.append(Run(f"faithful-{allowance}", [M + mutant, M + other],
                         ["--profile", "faithful", "--allow", allowance]))
-    runs += vendor_runs()
+    runs += vendor_runs() + activation_runs()
+    runs += gemm_runs(tmp)
     return {run.name: run for run in run_all(runs, tmp / "reports")}
 
 
@@ -253,12 +267,114 @@ BF16_SLIPS = {"wrong_swizzle": ("vendor-bf16-wrong-swizzle", "NVFP4-PACK-3"),
               "bf16_reciprocal": ("vendor-bf16-reciprocal-in-bf16", "NVFP4-GS-1")}
 
 
+#: What the engines' weight recipe needs, as one run under exact lists it (must-show 3).
+ENGINES_ALLOWANCES = ("reciprocal-multiply", "underflow-zero-group", "fp32-scale-rounding",
+                      "reciprocal-global-scale")
+ENGINES_FAITHFUL = ["--profile", "faithful"] + [a for name in ENGINES_ALLOWANCES
+                                                for a in ("--allow", name)]
+
+
+def tests_on_path() -> dict:
+    """The environment of a run whose backends are modules of tests/ (vendor_kernels,
+    activation_kernels, gemm_kernels)."""
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent),
+                                                        os.environ.get("PYTHONPATH")]))}
+
+
 def vendor_runs() -> list[Run]:
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent),
-                                                       os.environ.get("PYTHONPATH")]))}
+    env = tests_on_path()
     return [Run("vendor-exact-rtn", [V + "exact_rtn"], env=env, quick=False, conform=True),
             Run("vendor-bf16", [V + "bf16_kernel"], BF16_FAITHFUL, env=env, quick=False,
                 conform=True),
             Run("vendor-bf16-exact", [V + "bf16_kernel"], env=env, conform=True),
             Run("vendor-bf16-slips", [V + name for name in BF16_SLIPS], BF16_FAITHFUL, env=env,
+                conform=True),
+            Run("vendor-engines-exact", [V + "engines_bf16_kernel"], env=env, conform=True),
+            Run("vendor-engines-faithful", [V + "engines_bf16_kernel",
+                                            V + "engines_without_domain"],
+                ENGINES_FAITHFUL, env=env, conform=True)]
+
+
+# ------------------------------------------------------------------------------------------
+# Activation quantizers written as a vendor writes them (tests/activation_kernels.py)
+# ------------------------------------------------------------------------------------------
+
+A = "activation_kernels:"
+#: Each recipe's independent implementation: its factory and backend id.
+ACTIVATION_RECIPES = {"fast-math": ("fast_math", "vendor-act-fast-math"),
+                      "exact": ("exact", "vendor-act-exact"),
+                      "torchao": ("torchao", "vendor-act-torchao")}
+#: Each slip of the fast-math kernel, and the clause its certificate must name.
+ACTIVATION_SLIPS = {"ties_away": ("vendor-act-ties-away", "NVFP4-ACT-3"),
+                    "no_saturation": ("vendor-act-no-saturation", "NVFP4-ACT-8"),
+                    "truncated_scale": ("vendor-act-truncated-scale", "NVFP4-ACT-2"),
+                    "signed_zero_lost": ("vendor-act-signed-zero-lost", "NVFP4-ACT-8"),
+                    "wrong_swizzle": ("vendor-act-wrong-swizzle", "NVFP4-ACT-10")}
+#: The clause a recipe's bytes and codes are judged by (what a kernel of another recipe breaks).
+RECIPE_CLAUSES = {"fast-math": ("NVFP4-ACT-2", "NVFP4-ACT-3"), "exact": ("NVFP4-ACT-6",),
+                  "torchao": ("NVFP4-ACT-7", "NVFP4-ACT-8")}
+
+
+def other_recipe_factory(implemented: str, declared: str) -> str:
+    """``fast_math_as_exact``: the kernel of one recipe declaring another."""
+    return f"{ACTIVATION_RECIPES[implemented][0]}_as_{ACTIVATION_RECIPES[declared][0]}"
+
+
+def activation_runs() -> list[Run]:
+    env = tests_on_path()
+    own = [A + factory for factory, _ in ACTIVATION_RECIPES.values()]
+    others = [A + other_recipe_factory(i, d) for i in ACTIVATION_RECIPES
+              for d in ACTIVATION_RECIPES if i != d]
+    return [Run("activation-recipes", own, env=env, conform=True),
+            Run("activation-other-recipes", others, env=env, conform=True),
+            Run("activation-slips", [A + name for name in ACTIVATION_SLIPS], env=env,
                 conform=True)]
+
+
+# ------------------------------------------------------------------------------------------
+# GEMMs written as a vendor writes them (tests/gemm_kernels.py), certified by hscale conform
+# ------------------------------------------------------------------------------------------
+
+G = "gemm_kernels:"
+#: Independent GEMMs, each conforming under the accumulation model it declares.
+GEMM_KERNELS = {"fp32_blocks": "gemm-fp32-blocks", "fp16_gemv": "gemm-fp16-gemv",
+                "late_scale": "gemm-late-scale"}
+#: fp32_blocks with one slip, and the clause its certificate must name most.
+GEMM_SLIPS = {"fp16_accumulation": ("gemm-slip-fp16-accumulation", "NVFP4-GEMM-4"),
+              "wrong_swizzle": ("gemm-slip-wrong-swizzle", "NVFP4-GEMM-2"),
+              "scale_read_linear": ("gemm-slip-scale-read-linear", "NVFP4-GEMM-2"),
+              "nibble_flipped": ("gemm-slip-nibble-flipped", "NVFP4-GEMM-2"),
+              "scale_after_bf16": ("gemm-slip-scale-after-bf16", "NVFP4-GEMM-5"),
+              "output_truncated": ("gemm-slip-output-truncated", "NVFP4-GEMM-6"),
+              "crossed_scales": ("gemm-slip-crossed-scales", "NVFP4-GEMM-1")}
+#: The GEMM tests only (the kernels declare no other kind).
+GEMM_ONLY = ["-k", "test_gemm"]
+
+
+GEMM_MARK = "<!-- gemm-adapter-example -->"
+
+
+def gemm_adapter_source() -> str:
+    """The GEMM adapter example of docs/backends.md (the python block after its marker)."""
+    import re
+    text = (REPO_ROOT / "docs" / "backends.md").read_text(encoding="utf-8")
+    assert GEMM_MARK in text, f"docs/backends.md lost its {GEMM_MARK} marker"
+    block = re.search(r"```python\n(.*?)```", text[text.index(GEMM_MARK):], re.S)
+    assert block, "no python block after the GEMM adapter marker in docs/backends.md"
+    return block.group(1)
+
+
+def gemm_runs(tmp: Path | None = None) -> list[Run]:
+    env = tests_on_path()
+    runs = [Run("gemm-kernels", [G + name for name in GEMM_KERNELS],
+                ["--quick", "--", "--hypothesis-profile", "mutant", *GEMM_ONLY], env=env,
+                quick=False, conform=True),
+            Run("gemm-slips", [G + name for name in GEMM_SLIPS], GEMM_ONLY, env=env)]
+    if tmp is not None:  # the example of docs/backends.md, as a vendor copies it
+        pkg = tmp / "gemm_third_party"
+        pkg.mkdir(parents=True, exist_ok=True)
+        (pkg / "mygemm.py").write_text(gemm_adapter_source(), encoding="utf-8")
+        runs.append(Run("gemm-adapter", ["mygemm:create"],
+                        ["--quick", "--", "--hypothesis-profile", "mutant", *GEMM_ONLY],
+                        env={"PYTHONPATH": str(pkg)}, quick=False, conform=True))
+    return runs

@@ -121,16 +121,17 @@ def test_the_emulated_activation_is_one_rounding_of_the_exact_product():
                                   decoded_exactly(q.codes, q.scale_bytes, np.float32(1) / g))
 
 
-@pytest.mark.clause("NVFP4-ACT-1", "NVFP4-ACT-2")
+@pytest.mark.clause("NVFP4-ACT-1", "NVFP4-ACT-9", "NVFP4-ACT-11")
 @pytest.mark.parametrize("x, g, match", [
     (np.ones((2, 16), np.float32), 0.0, "NVFP4-ACT-1"),
     (np.ones((2, 16), np.float32), float("nan"), "NVFP4-ACT-1"),
     (np.ones((2, 16), np.float32), 0.1, "NVFP4-ACT-1"),  # not an fp32 value
     (np.ones((2, 16), np.float32), 2.0 ** 127, "NVFP4-ACT-1"),  # its reciprocal is subnormal
-    (np.ones((2, 16), np.float64), 1.0, "NVFP4-ACT-2"),
-    (np.ones((2, 24), np.float32), 1.0, "NVFP4-ACT-2"),
-    (np.array([[1.0] * 15 + [np.inf]], np.float32), 1.0, "NVFP4-ACT-2"),
-    ([[1.0] * 16], 1.0, "NVFP4-ACT-2"),
+    (np.ones((2, 16), np.float64), 1.0, "NVFP4-ACT-11"),
+    (np.ones((2, 24), np.float32), 1.0, "NVFP4-ACT-11"),
+    (np.array([[1.0] * 15 + [np.inf]], np.float32), 1.0, "NVFP4-ACT-9"),
+    ([[1.0] * 16], 1.0, "NVFP4-ACT-11"),
+    (np.full((2, 16), 1e-36, np.float32), None, "NVFP4-ACT-1"),  # no dynamic scale
 ])
 def test_bad_input_is_refused_citing_the_clause(x, g, match):
     with pytest.raises(ValueError, match=match):

@@ -4,18 +4,9 @@ the summary line says "a partial run"."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 
-
-def test_a_clause_selected_run_is_a_partial_certificate(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "hscale", "conform", "--backend", "numpy", "--quick",
-         "--clause", "NVFP4-E2M1-1", "--certificate", str(tmp_path / "cert.json")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    cert = json.loads((tmp_path / "cert.json").read_text())
+def test_a_clause_selected_run_is_a_partial_certificate(numpy_one_clause_run):
+    done, cert = numpy_one_clause_run  # hscale conform --backend numpy --quick --clause E2M1-1
     statuses = {c: row["status"] for c, row in cert["clauses"].items()}
     assert statuses["NVFP4-E2M1-1"] == "pass"
     assert statuses["HSCALE-ARGMIN-1"] == "not judged", cert["clauses"]["HSCALE-ARGMIN-1"]

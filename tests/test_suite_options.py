@@ -58,3 +58,36 @@ def test_the_plugin_declares_the_table_to_pytest(pytestconfig):
     for option in suite_options():
         assert pytestconfig.getoption(option.dest) == option.settings.get("default", False) \
             or option.dest == "backend"
+
+
+def test_a_run_without_backend_leaves_out_what_cannot_run_here_in_one_line(tmp_path):
+    """Without --backend the suite judges the built-ins that can run here: the others are not
+    collected at all (no skipped test per unavailable backend), and one line of the header says
+    which were left out and why."""
+    import subprocess
+    import sys
+
+    from hscale.backends import get
+
+    unavailable = {}
+    for name in ("numpy", "torch", "torch-cuda", "cupy"):
+        try:
+            ok, reason = get(name).available()
+        except ValueError as exc:
+            ok, reason = False, f"cannot be loaded: {exc}"
+        if not ok:
+            unavailable[name] = reason
+    done = subprocess.run([sys.executable, "-m", "pytest", "--pyargs",
+                           "hscale.conformance.test_formats", "-q", "-p", "no:cacheprovider",
+                           "--collect-only", "-k", "test_elements_saturate_at_six"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    header = [line for line in done.stdout.splitlines() if "left out" in line]
+    if not unavailable:
+        assert header == [], header
+        return
+    assert len(header) == 1, done.stdout[-3000:]
+    for name, reason in unavailable.items():
+        assert f"{name}: {reason}" in header[0], header[0]
+        assert f"[{name}" not in done.stdout and f"-{name}]" not in done.stdout, done.stdout[-3000:]
+    assert "test_elements_saturate_at_six[numpy" in done.stdout, done.stdout[-3000:]

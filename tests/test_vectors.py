@@ -92,13 +92,16 @@ def test_manifest_lists_every_file_with_its_sha256():
 
 def test_every_clause_has_a_level0_case():
     """Every clause has a case, or a stated reason (the checkpoint layouts only)."""
-    from hscale.vectors.catalogue import NO_VECTOR_CASE
-    covered = clause_index(level0_cases())
+    from hscale.vectors.catalogue import NO_VECTOR_CASE, DEFAULT_SEED
+    from hscale.vectors.families import level0_family_cases
+    every = level0_cases() + [c for cases in level0_family_cases(DEFAULT_SEED).values()
+                              for c in cases]
+    covered = clause_index(every)
     missing = [c for c in clause_ids() if c not in covered and c not in NO_VECTOR_CASE]
     assert not missing, f"clauses without a level-0 vector case: {missing}"
     assert set(NO_VECTOR_CASE) == {"NVFP4-CKPT-1", "NVFP4-CKPT-2", "NVFP4-CKPT-3",
-                                   "NVFP4-ACT-1", "NVFP4-ACT-2", "NVFP4-ACT-3", "NVFP4-ACT-4",
-                                   "NVFP4-GGUF-1", "NVFP4-CKPT-4", "HSCALE-CAL-2"}
+                                   "NVFP4-ACT-4", "NVFP4-ACT-9", "NVFP4-GGUF-1", "NVFP4-CKPT-4",
+                                   "HSCALE-CAL-2"}
     assert not set(NO_VECTOR_CASE) & set(covered), "a clause with a case needs no reason"
     assert "NVFP4-GS-4" in covered
 
@@ -465,11 +468,20 @@ def _data_lines(path: Path) -> list[str]:
     return [line for line in path.read_text().splitlines() if line and not line.startswith("//")]
 
 
+def weight_sets(directory: Path, pattern: str) -> list[Path]:
+    """The weight sets' files of a vector directory (the act_* sets are the activation kind's,
+    tests/test_activation_vectors.py; the gemm_* sets the gemm kind's,
+    tests/test_gemm_vectors.py)."""
+    from hscale.vectors.families import families
+    prefixes = tuple(family.SET_PREFIX for family in families().values())
+    return [p for p in directory.glob(pattern) if not p.name.startswith(prefixes)]
+
+
 def _hex_case_keys(directory: Path) -> dict[str, str]:
     """'<set>:<index>' -> case id, read from the .hex files themselves: the index is the
     `case` field of the data lines (hex), the id the one the case table gives that index."""
     keys = {}
-    for path in sorted(directory.glob("*.hex")):
+    for path in sorted(weight_sets(directory, "*.hex")):
         if path.name.endswith((".gs.hex", ".swz.hex")):
             continue
         table = {}
@@ -609,7 +621,7 @@ def test_reciprocal_global_scales_in_the_vectors_follow_nvfp4_gs4():
     """expected.global_scale_reciprocal is fp32(1/s_g) and _reads_back says whether fp32(1/r) is
     s_g, computed here with fractions; the gs4 cases are the writer's chain."""
     vectors = load_vectors(LEVEL0)
-    for path in sorted(LEVEL0.glob("*.json")):
+    for path in sorted(weight_sets(LEVEL0, "*.json")):
         if path.name == formats.MANIFEST:
             continue
         for entry in json.loads(path.read_text())["cases"]:
@@ -617,7 +629,7 @@ def test_reciprocal_global_scales_in_the_vectors_follow_nvfp4_gs4():
                 continue
             sg = hexio.scalar_from_hex(entry["expected"]["global_scale"])
             r = _round_fp32(1 / _fp32(sg))
-            assert entry["expected"]["global_scale_reciprocal"] == hexio.fp32_hex(r)
+            assert entry["expected"]["global_scale_reciprocal"] == hexio.scalar_word(r)
             back = _round_fp32(1 / _fp32(r))
             assert entry["expected"]["global_scale_reciprocal_reads_back"] == (back == sg)
     for case_id, reads_back in (("gs4-reciprocal-reads-back", True),
@@ -649,7 +661,7 @@ def test_gsr_lines_are_read_as_the_stored_reciprocal(tmp_path):
     lines = observed_lines(LEVEL0, reciprocal=True)
     assert "gs4-reciprocal-one-ulp-off gsr 4527fff5" in lines
     not_read_back = sorted(
-        entry["id"] for path in LEVEL0.glob("*.json") if path.name != formats.MANIFEST
+        entry["id"] for path in weight_sets(LEVEL0, "*.json") if path.name != formats.MANIFEST
         for entry in json.loads(path.read_text())["cases"]
         if "error" not in entry["expected"]
         and not entry["expected"]["global_scale_reciprocal_reads_back"])
@@ -719,7 +731,7 @@ def test_swizzled_offsets_in_the_swz_files_and_the_observed_field(tmp_path):
             assert scale == case.expected.scale_bytes[r, k]
             assert case.expected.swizzled_scale_bytes()[offset] == scale
             checked += 1
-    assert checked == sum(len(_data_lines(p)) for p in LEVEL0.glob("*.hex")
+    assert checked == sum(len(_data_lines(p)) for p in weight_sets(LEVEL0, "*.hex")
                           if not p.name.endswith((".gs.hex", ".swz.hex")))
     lines = observed_lines(LEVEL0, swizzled=True)
     status, text = _run_check(_observed(tmp_path, lines), require_all=True)

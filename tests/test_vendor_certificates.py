@@ -16,21 +16,13 @@ import re
 
 import pytest
 
-from selftest import BF16_ALLOWANCES, BF16_SLIPS, summary
-
-
-def _certificate(runs, run_name, backend_id):
-    run = runs[run_name]
-    report = run.reports.get(backend_id)
-    assert report is not None, (f"run {run_name!r} wrote no certificate for {backend_id} (exit "
-                                f"{run.returncode}):\n{run.output[-4000:]}")
-    return run, report
+from selftest import BF16_ALLOWANCES, BF16_SLIPS, ENGINES_ALLOWANCES, certificate_of, summary
 
 
 @pytest.mark.selftest
 @pytest.mark.clause("SUITE-ADAPTER-1")
 def test_an_independent_exact_rtn_conforms_under_exact(selftest_runs):
-    run, cert = _certificate(selftest_runs, "vendor-exact-rtn", "vendor-exact-rtn")
+    run, cert = certificate_of(selftest_runs, "vendor-exact-rtn", "vendor-exact-rtn")
     assert cert["verdict"] == "conforms" and run.returncode == 0, (
         f"{summary(cert)}\n{run.output[-4000:]}")
     assert cert["profile"] == "exact" and cert["allowance_uses"] == {}, summary(cert)
@@ -46,7 +38,7 @@ def test_an_independent_exact_rtn_conforms_under_exact(selftest_runs):
 @pytest.mark.selftest
 @pytest.mark.clause("SUITE-ADAPTER-1", "NVFP4-PACK-3", "NVFP4-GS-4")
 def test_a_bf16_swizzled_reciprocal_kernel_conforms_under_faithful(selftest_runs):
-    run, cert = _certificate(selftest_runs, "vendor-bf16", "vendor-bf16-kernel")
+    run, cert = certificate_of(selftest_runs, "vendor-bf16", "vendor-bf16-kernel")
     assert cert["verdict"] == "conforms" and run.returncode == 0, (
         f"{summary(cert)}\n{run.output[-4000:]}")
     assert cert["domain"] == {"input_dtypes": ["bfloat16"], "shape_multiple": [128, 64],
@@ -71,7 +63,7 @@ def test_a_bf16_swizzled_reciprocal_kernel_conforms_under_faithful(selftest_runs
 @pytest.mark.selftest
 @pytest.mark.clause("SUITE-ADAPTER-1")
 def test_under_exact_the_bf16_kernel_is_told_which_allowances_it_needs(selftest_runs):
-    run, cert = _certificate(selftest_runs, "vendor-bf16-exact", "vendor-bf16-kernel")
+    run, cert = certificate_of(selftest_runs, "vendor-bf16-exact", "vendor-bf16-kernel")
     assert cert["verdict"] == "does not conform" and run.returncode == 1, summary(cert)
     texts = " ".join(row.get("first_failure", "") for row in cert["clauses"].values())
     for allowance in ("fp32-scale-rounding", "reciprocal-multiply"):
@@ -84,8 +76,45 @@ def test_under_exact_the_bf16_kernel_is_told_which_allowances_it_needs(selftest_
                                   for name, (_, clause) in BF16_SLIPS.items()])
 def test_each_slip_of_the_bf16_kernel_does_not_conform_naming_its_clause(selftest_runs, slip):
     backend_id, clause = BF16_SLIPS[slip]
-    run, cert = _certificate(selftest_runs, "vendor-bf16-slips", backend_id)
+    run, cert = certificate_of(selftest_runs, "vendor-bf16-slips", backend_id)
     assert run.returncode == 1, run.output[-3000:]
     assert cert["verdict"] == "does not conform", summary(cert)
     assert clause in cert["verdicts"]["clauses_broken"], summary(cert)
     assert cert["clauses"][clause]["status"] == "fail", cert["clauses"][clause]
+
+
+@pytest.mark.selftest
+@pytest.mark.clause("SUITE-ADAPTER-1", "NVFP4-INIT-1", "NVFP4-E2M1-2")
+def test_one_run_names_every_allowance_the_engines_weight_recipe_needs(selftest_runs):
+    """The engines' own weight recipe (fp32, flush-to-zero, no 0x01 floor, the reciprocal
+    2688 / amax stored), run once under exact: it does not conform, and the certificate and the
+    summary list every allowance its findings need, generated examples included (a generated
+    test keeps drawing past findings an allowance excuses), with the command to rerun."""
+    run, cert = certificate_of(selftest_runs, "vendor-engines-exact", "vendor-engines-bf16-kernel")
+    assert cert["verdict"] == "does not conform" and run.returncode == 1, summary(cert)
+    assert set(cert["allowances_needed"]) == set(ENGINES_ALLOWANCES), cert["allowances_needed"]
+    assert "rerun with: --profile faithful" in run.output, run.output[-3000:]
+    # the oracle's finding about the missing 0x01 floor names its allowance too
+    texts = " ".join(row.get("first_failure", "") for row in cert["clauses"].values())
+    assert "the allowance underflow-zero-group would excuse this" in texts, texts[:3000]
+
+
+@pytest.mark.selftest
+@pytest.mark.clause("SUITE-ADAPTER-1", "NVFP4-GS-1", "NVFP4-GS-2")
+def test_the_engines_weight_recipe_conforms_under_faithful_with_them_and_its_domain(
+        selftest_runs):
+    """With exactly those allowances and its declared domain (448 built in; the s_g and group
+    maxima its flush-to-zero arithmetic takes, and why) it conforms; the same kernel declaring
+    every magnitude does not: its degenerate corners (2688 / amax overflowing, flushed products)
+    are findings, not silent passes."""
+    run, cert = certificate_of(selftest_runs, "vendor-engines-faithful",
+                             "vendor-engines-bf16-kernel")
+    assert cert["verdict"] == "conforms", f"{summary(cert)}\n{run.output[-4000:]}"
+    assert set(cert["allowance_uses"]) <= set(ENGINES_ALLOWANCES), cert["allowance_uses"]
+    assert cert["domain"]["scale_ceilings"] == [448.0]
+    assert "flush-to-zero" in cert["domain"]["magnitude_reason"]
+    left_out = {k: n for k, n in cert["adaptations"].items() if "outside the declared" in k}
+    assert left_out, cert["adaptations"]
+    _, bare = certificate_of(selftest_runs, "vendor-engines-faithful",
+                           "vendor-engines-bf16-kernel-no-domain")
+    assert bare["verdict"] == "does not conform", summary(bare)

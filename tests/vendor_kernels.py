@@ -10,6 +10,10 @@ them as it judges any third party (tests/test_vendor_certificates.py).
   reciprocal, and fp32 arithmetic throughout (the group scale as ``amax * fp32(1/6) * r``, the
   codes from ``|w| * fp32(1/s)``). It should conform under ``faithful`` with the allowances that
   arithmetic needs: fp32-scale-rounding, reciprocal-multiply and supplied-reciprocal.
+- ``EnginesBf16Kernel``: the engines' own recipe applied to a weight (the fast-math recipe of
+  activations: the reciprocal 2688 / amax computed directly and stored, no 0x01 floor), fp32
+  with flush-to-zero, 448 built in; it declares the magnitudes its arithmetic takes, and
+  conforms under ``faithful`` with the allowances one run under ``exact`` lists.
 - Three broken variants of the kernel, each with one realistic slip: the 32-row blocks and
   the 4-row-block index exchanged in the swizzle; E2M1 ties rounded away from zero; the
   reciprocal computed in the weight's own dtype.
@@ -99,6 +103,19 @@ def _checked_options(method, init, capabilities):
         raise ValueError("bad method")
     if not isinstance(init, str) or init != "maxabs":
         raise ValueError("bad init")
+
+
+def _checked_bf16_tiles(weight) -> np.ndarray:
+    """The bf16 kernels' input check: a finite 2-D bfloat16 array of whole 128 x 64 tiles, as
+    float32."""
+    if not isinstance(weight, np.ndarray) or weight.dtype != ml_dtypes.bfloat16:
+        raise TypeError("weight must be a bfloat16 numpy array")
+    if weight.ndim != 2 or weight.shape[0] % 128 or weight.shape[1] % 64 or not weight.size:
+        raise ValueError("weight must be 2-D with rows a multiple of 128, columns of 64")
+    w = weight.astype(np.float32)
+    if not np.isfinite(w).all():
+        raise ValueError("weight has NaN or Inf")
+    return w
 
 
 def _fp32_nearest(exact: Fraction) -> np.float32:
@@ -201,13 +218,7 @@ class Bf16Kernel:
     def quantize(self, weight, hessian_diag=None, *, method="rtn", init="maxabs", K=16, U=6,
                  scale_ceiling=448.0, global_scale=None):
         _checked_options(method, init, self.capabilities)
-        if not isinstance(weight, np.ndarray) or weight.dtype != ml_dtypes.bfloat16:
-            raise TypeError("weight must be a bfloat16 numpy array")
-        if weight.ndim != 2 or weight.shape[0] % 128 or weight.shape[1] % 64 or not weight.size:
-            raise ValueError("weight must be 2-D with rows a multiple of 128, columns of 64")
-        w = weight.astype(np.float32)
-        if not np.isfinite(w).all():
-            raise ValueError("weight has NaN or Inf")
+        w = _checked_bf16_tiles(weight)
         ceiling = _checked_ceiling(scale_ceiling)
         one = np.float32(1)
         if global_scale is None:
@@ -253,6 +264,86 @@ class Bf16Kernel:
                                global_scale=np.float32(stored))
 
 
+# -- the engines' own recipe for weights ----------------------------------------------------------
+
+def flush(values: np.ndarray) -> np.ndarray:
+    """Flush-to-zero: fp32 subnormals become zeros of the same sign (PTX ``.ftz``)."""
+    values = np.asarray(values, np.float32)
+    return np.where(np.abs(values) < np.float32(FP32_MIN_NORMAL), values * np.float32(0), values)
+
+
+def rcp(values: np.ndarray) -> np.ndarray:
+    """``rcp.approx.ftz.f32``, read as the correctly rounded reciprocal with its flushes: a
+    subnormal operand gives +inf, a subnormal result 0."""
+    with np.errstate(divide="ignore", over="ignore"):
+        return flush(np.float32(1) / flush(values))
+
+
+class EnginesBf16Kernel:
+    """What the engines run to quantize a weight on the GPU (TensorRT-LLM's and FlashInfer's
+    ``fp4_quantize(w, global_sf)``, vLLM's ``scaled_fp4_quant``, with the global scale the
+    caller computes as ``(448 * 6) / amax`` in fp32): the fast-math recipe of activations applied
+    to a weight. The reciprocal ``r = 2688 / amax`` is computed directly and stored, the block
+    scale is ``r * (amax_g * rcp(6))`` with no 0x01 floor, the codes come from
+    ``w * rcp(e4m3(c) * rcp(r))``, fp32 with flush-to-zero throughout; 448 is built in. The same
+    interface as ``Bf16Kernel``: bfloat16, 128 x 64 multiples, swizzled scale bytes."""
+
+    name = "vendor-engines-bf16-kernel"
+    version = "vendor-engines-bf16-kernel 1.0"
+    capabilities = frozenset({"rtn"})
+    input_dtypes = ("bfloat16",)
+    shape_multiple = (128, 64)
+    scale_layout = "swizzled-128x4"
+    global_scale_convention = "reciprocal"
+    scale_ceilings = (448.0,)  # 2688 = 6 * 448 is built in
+    # fp32 with flush-to-zero: 2688 / amax overflows below amax 7.9e-36, e4m3(c) * s_g flushes to
+    # zero below 2^-126 (so s_g from 2^-117 up, the smallest byte being 2^-9), and
+    # amax_g * rcp(6) flushes to zero below 6 * 2^-126
+    global_scale_range = (2.0 ** -117, 2.0 ** 126)
+    group_amax_min = 6 * 2.0 ** -126
+    magnitude_reason = ("fp32 arithmetic with flush-to-zero: smaller scales and group maxima "
+                        "flush intermediate products to zero, and 2688 / amax overflows")
+
+    def available(self):
+        return True, ""
+
+    def quantize(self, weight, hessian_diag=None, *, method="rtn", init="maxabs", K=16, U=6,
+                 scale_ceiling=448.0, global_scale=None):
+        _checked_options(method, init, self.capabilities)
+        w = _checked_bf16_tiles(weight)
+        one = np.float32(1)
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            if global_scale is None:
+                amax = np.abs(w).max()
+                r = one if amax == 0 else np.float32(448 * 6) / amax  # 448 built in
+            else:
+                r = one / _checked_global_scale(global_scale)
+            rows, cols = w.shape
+            groups = w.reshape(rows, cols // GROUP, GROUP)
+            amax_g = np.abs(groups).max(axis=2)
+            block_scale = flush(r * flush(amax_g * rcp(np.float32(6))))
+            byte = np.minimum(block_scale, np.float32(E4M3_TOP)).astype(ml_dtypes.float8_e4m3fn)
+            byte = byte.view(np.uint8)
+            s = E4M3_VALUES[byte].astype(np.float32)
+            o = np.where(byte > 0, rcp(flush(s * rcp(r))), np.float32(0))
+            q = flush(groups * o[:, :, None])
+        codes = e2m1_magnitude(np.abs(q)).reshape(rows, cols) | signs(w)
+        offsets = swizzle_offsets(rows, cols // GROUP)
+        swizzled = np.zeros(-(-rows // 128) * 128 * -(-(cols // GROUP) // 4) * 4, np.uint8)
+        swizzled[offsets] = byte
+        return SimpleNamespace(packed=pack(codes), scale_bytes=swizzled,
+                               global_scale=np.float32(r))
+
+
+class EnginesWithoutDomain(EnginesBf16Kernel):
+    """The same kernel declaring every magnitude: its degenerate corners are then judged."""
+
+    name = "vendor-engines-bf16-kernel-no-domain"
+    global_scale_range = (2.0 ** -126, float(np.finfo(np.float32).max))
+    group_amax_min = 0.0
+    magnitude_reason = ""
+
+
 class WrongSwizzle(Bf16Kernel):
     name = "vendor-bf16-wrong-swizzle"
     blocks_exchanged = True
@@ -286,3 +377,11 @@ def ties_away():
 
 def bf16_reciprocal():
     return Bf16Reciprocal()
+
+
+def engines_bf16_kernel():
+    return EnginesBf16Kernel()
+
+
+def engines_without_domain():
+    return EnginesWithoutDomain()

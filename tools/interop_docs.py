@@ -2,7 +2,7 @@
 every option of ``hscale interop`` is passed on; the results file and the markdown are the
 project's own.
 
-    python tools/interop_docs.py [--adapters NAMES] [--quick] [--render] [--counts-only]
+    python tools/interop_docs.py [--adapters NAMES] [--quick] [--render] [--counts-only] [--gemm]
 """
 
 from __future__ import annotations

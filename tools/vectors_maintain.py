@@ -64,7 +64,7 @@ def freeze_minilm_slices(path: Path | None = None, progress: bool = False) -> Pa
             "rows": [r0, r0 + nr],
             "cols": [c0, c0 + nc],
             "tokens": int(stats["tokens"][name]) if "tokens" in stats else -1,
-            "global_scale": hexio.fp32_hex(layer_scale),
+            "global_scale": hexio.scalar_word(layer_scale),
             "weight": hexio.matrix_rows(weight[r0:r0 + nr, c0:c0 + nc]),
             "hessian_diag": hexio.row_text(np.asarray(h[name], dtype=np.float64)[c0:c0 + nc]),
         })

@@ -34,7 +34,7 @@ import numpy as np
 
 from hscale.judge.cases import Case, Rejection
 from hscale.judge.diagnose import diagnose, observe
-from hscale.judge.findings import Finding, plural
+from hscale.judge.findings import Finding, fp32_hex, plural
 from hscale.judge.profiles import EXACT, check_profile
 from hscale.reference import SCALE_BYTE_VALUES, QuantizedWeight, encode_e2m1, pack_codes
 from hscale.reference.constants import GROUP_SIZE as GROUP
@@ -42,6 +42,7 @@ from hscale.reference.global_scale import multiplier_from_reciprocal, reciprocal
 from hscale.reference.packing import swizzle_offset
 
 from . import formats, hexio
+from .families import family_of
 from .observed import CaseObservations, UnreadableObserved, parse_line, read_observed
 from .serialize import MalformedVectors, read_case, read_vector_document
 from .slips import GroupWord, file_slip, group_slip
@@ -143,6 +144,8 @@ class Vectors:
     cases: dict[str, tuple[str, Case]]
     keys: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    #: the cases of the other kinds' sets (hscale.vectors.families): case id -> (file, case)
+    family_cases: dict = field(default_factory=dict)
 
 
 def open_vectors(path) -> Vectors:
@@ -154,7 +157,17 @@ def open_vectors(path) -> Vectors:
     found = Vectors({}, {}, note)
     for name in names:
         file_path = directory / name
-        _, entries = read_vector_document(file_path)
+        document, entries = read_vector_document(file_path)
+        family = family_of(document)
+        if family is not None:
+            for number, entry in enumerate(entries):
+                try:
+                    case = family.case_from_json(entry)
+                except (KeyError, ValueError, TypeError, IndexError) as error:
+                    raise MalformedVectors(f"{file_path}: cases[{number}]: unreadable "
+                                           f"({error})") from None
+                found.family_cases[case.id] = (name, case)
+            continue
         for number, entry in enumerate(entries):
             case = read_case(file_path, number, entry)
             if case.id in found.cases:
@@ -172,7 +185,7 @@ def load_vectors(path) -> dict[str, tuple[str, Case]]:
 
 def _inputs_text(case: Case, expected: QuantizedWeight, row: int, group: int) -> str:
     words = hexio.to_words(np.asarray(case.weight)[row, group * GROUP:(group + 1) * GROUP])
-    text = f"s_g={hexio.fp32_hex(expected.global_scale).upper()} w={' '.join(words).upper()}"
+    text = f"s_g={fp32_hex(expected.global_scale, prefix='')} w={' '.join(words).upper()}"
     if case.method == "hscale":
         h = hexio.to_words(case.group_h(group))
         text += f" h={' '.join(h).upper()}"
@@ -414,17 +427,17 @@ def _scale_text(case: Case, obs: CaseObservations, scale, findings) -> str:
     if obs.scale is not None and obs.scale.convention == "reciprocal":
         want_r = reciprocal_from_multiplier(want)
         back = multiplier_from_reciprocal(want_r)
-        text = (f"{head}  amax={hexio.fp32_hex(np.float32(amax)).upper()} "
+        text = (f"{head}  amax={fp32_hex(np.float32(amax), prefix='')} "
                 f"C={float(case.scale_ceiling):g} => {what}  expected: "
-                f"{hexio.fp32_hex(want_r).upper()} (r = fp32(1/s_g), s_g = "
-                f"{hexio.fp32_hex(want).upper()}"
+                f"{fp32_hex(want_r, prefix='')} (r = fp32(1/s_g), s_g = "
+                f"{fp32_hex(want, prefix='')}"
                 + (")" if float(back) == float(want) else
-                   f", which no fp32 r reads back as: fp32(1/r) = {hexio.fp32_hex(back).upper()}"
+                   f", which no fp32 r reads back as: fp32(1/r) = {fp32_hex(back, prefix='')}"
                    "; NVFP4-GS-4, and the gs4-* cases)"))
     else:
-        text = (f"{head}  amax={hexio.fp32_hex(np.float32(amax)).upper()} "
+        text = (f"{head}  amax={fp32_hex(np.float32(amax), prefix='')} "
                 f"C={float(case.scale_ceiling):g} => {what}  expected: "
-                f"{hexio.fp32_hex(want).upper()}")
+                f"{fp32_hex(want, prefix='')}")
     return "\n".join([text] + ["  " + f.render() for f in findings])
 
 
@@ -473,9 +486,9 @@ def observed_lines(vectors_path, with_global_scale: bool = True, index_keys: boo
         key = key_of.get(case_id, case_id)
         if with_global_scale and reciprocal:
             lines.append(f"{key} gsr "
-                         f"{hexio.fp32_hex(reciprocal_from_multiplier(expected.global_scale))}")
+                         f"{hexio.scalar_word(reciprocal_from_multiplier(expected.global_scale))}")
         elif with_global_scale:
-            lines.append(f"{key} gs {hexio.fp32_hex(expected.global_scale)}")
+            lines.append(f"{key} gs {hexio.scalar_word(expected.global_scale)}")
         rows, cols = case.shape
         for r in range(rows):
             for i in range(cols // GROUP):

@@ -7,7 +7,7 @@ import numpy as np
 
 from hscale.judge.cases import Case, Rejection
 from hscale.judge.diagnose import INIT_TOPS, quotient_evidence
-from hscale.judge.findings import plural
+from hscale.judge.findings import fp32_hex, plural
 from hscale.reference import E2M1_VALUES, candidate_errors, decode_e4m3
 from hscale.reference.constants import GROUP_SIZE as GROUP
 
@@ -51,7 +51,7 @@ def explain_group(file_name: str, case: Case, row: int, group: int) -> str:
     if case.method == "hscale":
         lines.append("h (float64 bits, then value):")
         for j, value in enumerate(h):
-            lines.append(f"  h{j:<2} = {hexio.fp64_hex(value).upper()}  {f(value)!r}")
+            lines.append(f"  h{j:<2} = {hexio.scalar_word(value, 'float64').upper()}  {f(value)!r}")
     else:
         lines.append(f"h: not read ({case.method}: h = 1)" if case.method == "scale-only"
                      else "h: not read (rtn)")
@@ -60,7 +60,7 @@ def explain_group(file_name: str, case: Case, row: int, group: int) -> str:
     source = "supplied" if case.global_scale is not None else \
         f"computed: fp32_rne(amax_tensor / (6 * {case.scale_ceiling:g}))"
     lines += ["",
-              f"global scale s_g = {hexio.fp32_hex(out.global_scale).upper()} = {s_g!r} "
+              f"global scale s_g = {fp32_hex(out.global_scale, prefix='')} = {s_g!r} "
               f"({source})",
               f"group amax = {amax!r}; {quotient}",
               f"baseline byte c0 = 0x{c0:02X} (e4m3 {f(decode_e4m3(c0))!r})"]

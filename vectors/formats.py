@@ -179,7 +179,7 @@ def hex_text(header: dict, records: list[Record]) -> str:
         b_words = (hexio.to_words(np.asarray(case.hessian_diag, np.float64).reshape(-1))
                    if with_blocks else None)
         deq_words = hexio.to_words(out.dequantize().reshape(-1))
-        s_g = hexio.fp32_hex(out.global_scale)
+        s_g = hexio.scalar_word(out.global_scale)
         for r in range(rows):
             for i in range(cols // GROUP_SIZE):
                 start = r * cols + i * GROUP_SIZE
@@ -218,14 +218,14 @@ def gs_hex_text(header: dict, records: list[Record]) -> str:
         r = reciprocal_from_multiplier(out.global_scale)
         if multiplier_from_reciprocal(r) != np.float32(out.global_scale):
             lines.append(f"//   case {index:04x}: no fp32 r has fp32(1/r) = s_g; fp32(1/r) = "
-                         f"{hexio.fp32_hex(multiplier_from_reciprocal(r))} (NVFP4-GS-4)")
+                         f"{hexio.scalar_word(multiplier_from_reciprocal(r))} (NVFP4-GS-4)")
     for index, (case, out) in enumerate(records):
         amax = np.max(np.abs(case.weight.astype(np.float64)))
-        parts = [format(index, "04x"), hexio.fp32_hex(np.float32(amax)),
-                 hexio.fp64_hex(case.scale_ceiling),
+        parts = [format(index, "04x"), hexio.scalar_word(np.float32(amax)),
+                 hexio.scalar_word(case.scale_ceiling, "float64"),
                  "01" if case.global_scale is not None else "00",
-                 hexio.fp32_hex(out.global_scale),
-                 hexio.fp32_hex(reciprocal_from_multiplier(out.global_scale))]
+                 hexio.scalar_word(out.global_scale),
+                 hexio.scalar_word(reciprocal_from_multiplier(out.global_scale))]
         lines.append("_".join(parts))
     return "\n".join(lines) + "\n"
 

@@ -12,6 +12,7 @@ from . import formats
 from .catalogue import DEFAULT_SEED, clause_index, level0_cases
 from hscale.judge.cases import Case
 
+from .families import families, level0_family_cases
 from .formats import Record
 from .serialize import ERROR_SET, set_name
 
@@ -40,14 +41,19 @@ def group_sets(records: list[Record]) -> dict[str, list[Record]]:
 
 
 def render_level(records: list[Record], level: int, seed: int,
-                 spec_version: str = SPEC_VERSION) -> dict[str, bytes]:
+                 spec_version: str = SPEC_VERSION, family_cases: dict | None = None
+                 ) -> dict[str, bytes]:
     """Every file of a level (sets in all formats, manifest.json, SHA256SUMS), stamped with the
-    spec version they are made under (this kit's, unless re-rendering older vectors)."""
+    spec version they are made under (this kit's, unless re-rendering older vectors);
+    ``family_cases``: kind -> the cases of that vector family (``families``) to add."""
     files: dict[str, bytes] = {}
     for name, set_records in group_sets(records).items():
         header = formats.set_header(name, level, seed, set_records[0][0], spec_version)
         files.update(formats.render_set(header, set_records))
     cases = [case for case, _ in records]
+    for kind, members in (family_cases or {}).items():
+        files.update(families()[kind].render_files(members, level, seed, spec_version))
+        cases += members
     files.update(formats.manifest_files(files, level, seed, clause_index(cases), len(cases),
                                         spec_version))
     return files
@@ -56,7 +62,8 @@ def render_level(records: list[Record], level: int, seed: int,
 def generate_files(level: int = 0, seed: int = DEFAULT_SEED, **options) -> dict[str, bytes]:
     cases = level_cases(level, seed, **options)
     records = [(case, case.reference_outputs) for case in cases]
-    return render_level(records, level, seed)
+    return render_level(records, level, seed,
+                        family_cases=level0_family_cases(seed) if level == 0 else None)
 
 
 def write_files(out: Path, files: dict[str, bytes], clean: bool = True) -> None:

@@ -84,14 +84,10 @@ def matrix_from_rows(rows: list[str], name: str, shape) -> np.ndarray:
     return array.reshape(tuple(shape))
 
 
-def fp32_hex(value) -> str:
-    """8 hex digits of an fp32 value."""
-    return format(int(np.array(value, dtype=np.float32).view(np.uint32)), "08x")
-
-
-def fp64_hex(value) -> str:
-    """16 hex digits of a float64 value."""
-    return format(int(np.array(value, dtype=np.float64).view(np.uint64)), "016x")
+def scalar_word(value, name: str = "float32") -> str:
+    """The hex word of one value of the named dtype (``float32``: 8 digits, ``float64``: 16),
+    as ``to_words`` writes it; ``scalar_from_hex`` reads it back."""
+    return to_words(np.array([value], dtype=DTYPES[name][0]))[0]
 
 
 def scalar_from_hex(text: str):

@@ -130,7 +130,7 @@ def case_inputs_json(case: Case) -> dict:
         "init": case.init,
         "K": case.K,
         "U": case.U,
-        "scale_ceiling": hexio.fp64_hex(case.scale_ceiling),
+        "scale_ceiling": hexio.scalar_word(case.scale_ceiling, "float64"),
     }
     if case.hessian_diag is not None and np.asarray(case.hessian_diag).dtype != np.float64:
         raise CaseError(f"case {case.id}: hessian_diag must be stored as float64")
@@ -139,8 +139,8 @@ def case_inputs_json(case: Case) -> dict:
 
 def _scalar_hex(value) -> str:
     if isinstance(value, np.float32):
-        return hexio.fp32_hex(value)
-    return hexio.fp64_hex(float(value))  # error cases: a value that is not an fp32
+        return hexio.scalar_word(value)
+    return hexio.scalar_word(float(value), "float64")  # error cases: a value that is not an fp32
 
 
 def case_outputs_json(outputs: QuantizedWeight | Rejection) -> dict:
@@ -149,8 +149,8 @@ def case_outputs_json(outputs: QuantizedWeight | Rejection) -> dict:
     swizzled = outputs.swizzled_scale_bytes()
     reciprocal = reciprocal_from_multiplier(outputs.global_scale)
     return {
-        "global_scale": hexio.fp32_hex(outputs.global_scale),
-        "global_scale_reciprocal": hexio.fp32_hex(reciprocal),
+        "global_scale": hexio.scalar_word(outputs.global_scale),
+        "global_scale_reciprocal": hexio.scalar_word(reciprocal),
         "global_scale_reciprocal_reads_back":
             bool(multiplier_from_reciprocal(reciprocal) == np.float32(outputs.global_scale)),
         "initial_bytes": [hexio.byte_groups(r, 1) for r in outputs.initial_bytes],

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from hscale.judge.cases import Case
-from hscale.reference import SCALE_BYTE_VALUES
+from hscale.reference import E2M1_MAGNITUDES, SCALE_BYTE_VALUES
 
 from . import hexio
 from .catalogue import BF16, F16, F32, MIDPOINTS, ONE, exact, scale_value, ulp_step
@@ -35,7 +35,7 @@ LADDER_BYTES = range(1, 127)
 def _e2m1_values(byte: int, dtype) -> list:
     """The test values of one scale byte at s_g = 1: codes, midpoints, midpoints +-1 ulp."""
     s = scale_value(byte)
-    grid = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+    grid = E2M1_MAGNITUDES
     values = [g * s for g in grid] + [-g * s for g in grid]
     values = list(exact(values, dtype))
     values[8] = np.array(-0.0, dtype=dtype)  # -0 * s is -0.0 already; kept explicit

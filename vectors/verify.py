@@ -16,6 +16,7 @@ from hscale.judge.findings import plural
 
 from . import formats
 from .catalogue import clause_index
+from .families import family_of
 from .generate import _is_vector_file
 from hscale.judge.cases import CaseError
 
@@ -63,6 +64,21 @@ def _where(stored: bytes, fresh: bytes, file_name: str, records) -> str:
     return f"{plural(len(old), 'line')} where {len(new)} are expected: "
 
 
+def _differing(directory: Path, files: dict, listed: dict, name: str, records=()) -> list[str]:
+    """The files of set ``name`` that are not in the manifest, or not what its stored inputs
+    render to."""
+    problems = []
+    for file_name, data in sorted(files.items()):
+        target = directory / file_name
+        if file_name not in listed:
+            problems.append(f"{file_name}: belongs to {name} but is not in the manifest")
+        elif target.is_file() and target.read_bytes() != data:
+            where = _where(target.read_bytes(), data, file_name, records) if records else ""
+            problems.append(f"{file_name}: {where}differs from what the stored inputs of "
+                            f"{name} render to with the reference")
+    return problems
+
+
 def verify_dir(directory) -> list[str]:
     """Every problem found in DIR, as messages naming the file (and case); [] if none.
     ``MalformedVectors`` when DIR is not a vector directory at all."""
@@ -104,6 +120,15 @@ def verify_dir(directory) -> list[str]:
             continue
         try:
             document, entries = read_vector_document(path, name)
+            family = family_of(document)
+            if family is not None:  # another kind's set (hscale.vectors.families)
+                found, files, cases = family.verify_document(name, document, level, seed,
+                                                             made_under)
+                problems += found
+                all_cases += cases
+                regenerated.update(files)
+                problems += _differing(directory, files, listed, name)
+                continue
             cases = [read_case(name, number, entry, with_expected=False)
                      for number, entry in enumerate(entries)]
         except MalformedVectors as error:  # it names the file (and the case)
@@ -131,14 +156,7 @@ def verify_dir(directory) -> list[str]:
                                 f"expected {header[key]!r}")
         files = formats.render_set(header, records)
         regenerated.update(files)
-        for file_name, data in sorted(files.items()):
-            target = directory / file_name
-            if file_name not in listed:
-                problems.append(f"{file_name}: belongs to {name} but is not in the manifest")
-            elif target.is_file() and target.read_bytes() != data:
-                where = _where(target.read_bytes(), data, file_name, records)
-                problems.append(f"{file_name}: {where}differs from what the stored inputs of "
-                                f"{name} render to with the reference")
+        problems += _differing(directory, files, listed, name, records)
 
     # 3. the manifest itself
     if not problems:

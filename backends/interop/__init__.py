@@ -8,7 +8,7 @@ library's tensor type without changing a value, calls the library, and reads the
 library produced. When the library is not installed, ``available()`` says so and the suite
 skips. Measurements and divergences: docs/interop-notes.md.
 
-    pytest conformance --backend hscale.backends.interop.torchao_nvfp4:create --self-tests off
+    hscale conform --backend hscale.backends.interop.torchao_nvfp4:create --profile faithful
 
 =====================================  =======================================================
 module:factory                         library path

@@ -59,7 +59,7 @@ def make_layer(rows: int, cols: int, seed: int = 0):
 
 def identical(expected, got) -> str | None:
     """None if ``got`` equals ``expected`` bit for bit, else what differs first."""
-    from hscale.judge.cases import fp32_hex
+    from hscale.judge.findings import fp32_hex
     from hscale.judge.findings import plural
 
     for name in FIELDS:

@@ -13,7 +13,9 @@ from hscale.checkpoints import LAYOUTS, ROLE_DTYPES, Layout, SafetensorsModel
 from hscale.judge.findings import Finding
 from hscale.models.architecture import ignored
 from hscale.reference import GROUP_SIZE
-from hscale.reference.global_scale import FP32_SMALLEST_NORMAL, LARGEST_PRODUCT_OF_CODES
+from hscale.reference.constants import (E2M1_MAGNITUDES, FP32_LARGEST_RECIPROCAL_NORMAL,
+                                        FP32_SMALLEST_NORMAL)
+from hscale.reference.global_scale import LARGEST_PRODUCT_OF_CODES
 
 from .report import LayerResult, Problem, _bits, _f32, counted
 
@@ -172,11 +174,11 @@ def _usable_input_scale(layer: LayerResult, layout: Layout, stored: np.float32) 
     layer.stats["stored_input_scale"] = value
     shown = _f32(value)
     if layout.stores_reciprocal:
-        ok = np.isfinite(value) and FP32_SMALLEST_NORMAL <= value <= 2.0 ** 126
+        ok = np.isfinite(value) and FP32_SMALLEST_NORMAL <= value <= FP32_LARGEST_RECIPROCAL_NORMAL
         what = (f"the stored activation divisor g = {shown} is not a positive normal fp32 whose "
                 "reciprocal is a normal fp32")
     else:
-        ok = np.isfinite(value) and value >= FP32_SMALLEST_NORMAL and value <= 2.0 ** 126
+        ok = np.isfinite(value) and value >= FP32_SMALLEST_NORMAL and value <= FP32_LARGEST_RECIPROCAL_NORMAL
         what = (f"the stored activation multiplier a = {shown} is not a positive normal fp32 "
                 "whose reciprocal is a normal fp32")
     if not ok:
@@ -230,7 +232,7 @@ def _statistics(layer: LayerResult, packed, scale_bytes, global_scale) -> np.nda
                      "element decodes to 0 whatever its code")
     valid = ~nan & ~negative
     dead = ~live_codes | (scale_bytes == 0)
-    top = np.take(np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]), magnitude.max(axis=2))
+    top = np.take(np.array(E2M1_MAGNITUDES), magnitude.max(axis=2))
     byte_values = np.where(valid, SCALE_BYTE_VALUES[np.where(valid, scale_bytes, 0) & 0x7F], 0.0)
     units = float(np.max(top * byte_values)) if top.size else 0.0  # max |q| * e4m3(c)
     layer.stats = {

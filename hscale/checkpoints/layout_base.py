@@ -16,7 +16,8 @@ from typing import Iterable
 import numpy as np
 
 from hscale.reference import GROUP_SIZE, QuantizedWeight
-from hscale.reference.global_scale import (FP32_SMALLEST_NORMAL, multiplier_from_reciprocal,
+from hscale.reference.constants import FP32_LARGEST_RECIPROCAL_NORMAL, FP32_SMALLEST_NORMAL
+from hscale.reference.global_scale import (multiplier_from_reciprocal,
                                            reciprocal_from_multiplier)
 
 from .safetensors import CheckpointError, SafetensorsModel, TensorInfo
@@ -162,7 +163,7 @@ class Layout:
         prints it) is not usable: a positive normal fp32, for a reciprocal one whose
         reciprocal is a normal fp32 too (NVFP4-GS-2, -4); None when it is."""
         if self.stores_reciprocal:
-            if np.isfinite(value) and FP32_SMALLEST_NORMAL <= value <= 2.0 ** 126:
+            if np.isfinite(value) and FP32_SMALLEST_NORMAL <= value <= FP32_LARGEST_RECIPROCAL_NORMAL:
                 return None
             return "NVFP4-GS-4", (f"the stored reciprocal r = {shown} is not a positive normal "
                                   "fp32 whose reciprocal is a normal fp32")

@@ -27,6 +27,9 @@ def main(argv=None) -> int:
     parser.add_argument("--counts-only", action="store_true",
                         help="keep the suite runs of the results file, recount the data sets "
                              "and the examples")
+    parser.add_argument("--gemm", action="store_true",
+                        help="measure the GEMM paths (the gemm kind: ggml, torchao, ModelOpt) "
+                             "instead of the weight quantizers")
     parser.add_argument("--results", default="interop-results.json", metavar="FILE",
                         help="the results file, read and extended (default "
                              "interop-results.json)")
@@ -41,7 +44,17 @@ def main(argv=None) -> int:
         check_output_file("--docs", args.markdown)
     except (OSError, ValueError) as exc:
         return fail("hscale interop", error_text(exc))
-    if not args.render:
+    if args.gemm and not args.render:
+        from hscale.interop.gemm import GEMM_PATHS, measure_gemm
+        for path in GEMM_PATHS:
+            entry = measure_gemm(path)
+            if "not_run" in entry and "suite" in results.get("gemm", {}).get(path.label, {}):
+                print(f"[{path.label}] not available here ({entry['not_run']}): the earlier "
+                      "measurement is kept", flush=True)
+                continue
+            results.setdefault("gemm", {})[path.label] = entry
+            write_json(results_path, results, argument="--results")
+    elif not args.render:
         try:
             chosen = chosen_adapters(args.adapters)
         except ValueError as exc:

@@ -20,6 +20,7 @@ from .args import UsageError, check_at_least, check_output_file, error_text, fai
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    from hscale.reference.activations import ACTIVATION_RECIPES
     from hscale.vectors.catalogue import DEFAULT_SEED
 
     commands = parser.add_subparsers(dest="vectors_command", metavar="COMMAND")
@@ -65,6 +66,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     p.add_argument("--allow", action="append", default=[], metavar="NAME",
                    help="an allowance of the faithful or format profile (repeatable), e.g. "
                         "reciprocal-multiply; the names of docs/spec.md section 7")
+    p.add_argument("--recipe", default=None, choices=ACTIVATION_RECIPES,
+                   help="judge the activation sets' cases (act_*) as a run-time kernel of this "
+                        "recipe (docs/spec.md section 8); the observed file then holds 'CASE "
+                        "row group scale_byte packed_hex' and 'CASE gs g_hex' lines of "
+                        "activation cases")
+    p.add_argument("--gemm-model", default=None, metavar="MODEL",
+                   help="judge the GEMM sets' cases (gemm_*) as a GEMM of this accumulation "
+                        "model: fp32 (the spec's), fp32-faithful, fp16, fp16-faithful, bf16, "
+                        "bf16-faithful (docs/spec.md section 10); the observed file then holds "
+                        "'CASE i j OUT_hex' lines, one per output element")
 
     p = commands.add_parser("expect", help="write the observed file a conforming "
                                            "implementation would produce for DIR")
@@ -83,9 +94,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     p.add_argument("--reciprocal", action="store_true",
                    help="write the global scale as the stored reciprocal ('gsr' lines, "
                         "NVFP4-GS-4) instead of the multiplier ('gs')")
+    p.add_argument("--recipe", default=None, choices=ACTIVATION_RECIPES,
+                   help="write what a run-time activation kernel of this recipe produces for "
+                        "the activation sets (act_*) instead of the weight sets")
+    p.add_argument("--gemm-model", default=None, metavar="MODEL",
+                   help="write what a GEMM of this accumulation model produces for the GEMM "
+                        "sets (gemm_*): the spec's result, 'CASE i j OUT_hex' per element")
 
     p = commands.add_parser("explain", help="one group worked end to end: inputs, s_g, every "
-                                            "candidate's objective, the chosen byte")
+                                            "candidate's objective, the chosen byte; for a "
+                                            "GEMM case, output element (ROW, GROUP) = (i, j)")
     p.add_argument("dir", type=Path, nargs="?", default=DEFAULT_LEVEL0_DIR,
                    help="vector directory (default: the committed level-0 set)")
     p.add_argument("case")
@@ -156,6 +174,67 @@ def _generate(args) -> int:
     return 0
 
 
+#: kind -> (the option choosing what its sets are judged as, the name of that choice, what its
+#: sets are called)
+FAMILY_OPTIONS = {"activation": ("recipe", "recipe", "activation set (act_*.json)"),
+                  "gemm": ("gemm_model", "accumulation model", "GEMM set (gemm_*.json)")}
+
+
+def _chosen_family(args) -> str | None:
+    """The vector family ``check`` or ``expect`` works on (its option given), or None for the
+    weight sets; a usage error when two are."""
+    chosen = [kind for kind, (option, _, _) in FAMILY_OPTIONS.items()
+              if getattr(args, option, None)]
+    if len(chosen) > 1:
+        raise UsageError(" and ".join(f"--{FAMILY_OPTIONS[k][0].replace('_', '-')}"
+                                      for k in chosen) + ": one kind's sets at a time")
+    if chosen and chosen[0] == "gemm":
+        from hscale.reference.accumulation import PRESETS
+        if args.gemm_model not in PRESETS:
+            raise UsageError(f"--gemm-model {args.gemm_model}: one of {', '.join(PRESETS)}")
+    return chosen[0] if chosen else None
+
+
+def _family(kind: str):
+    from hscale.vectors.families import families
+    return families()[kind]
+
+
+def _family_cases(directory, kind: str) -> list:
+    """The cases of DIR's sets of ``kind``, or a usage error when it has none."""
+    from hscale.vectors.check import open_vectors
+    family = _family(kind)
+    cases = [case for name, case in open_vectors(directory).family_cases.values()
+             if name.startswith(family.SET_PREFIX)]
+    if not cases:
+        option, _, sets = FAMILY_OPTIONS[kind]
+        raise UsageError(f"{directory}: no {sets} in it: --{option.replace('_', '-')} judges "
+                         f"the {kind} kind's vectors")
+    return cases
+
+
+def _check_family(args, kind: str) -> int:
+    """``check --recipe R`` or ``check --gemm-model M``: the observed file's cases of the kind
+    judged as an R kernel's (an M GEMM's)."""
+    check_at_least("--errors", args.errors, 1)
+    option, choice_name, _ = FAMILY_OPTIONS[kind]
+    choice = getattr(args, option)
+    cases = _family_cases(args.dir, kind)
+    try:
+        lines = Path(args.observed).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"--observed {args.observed}: cannot be read ({error})") from None
+    report, errors = _family(kind).check_lines(cases, lines, choice, args.errors)
+    for line in report:
+        print(line)
+    if errors:
+        print(f"{args.observed}: {plural(errors, 'error')} ({choice_name} {choice})")
+        return 1
+    print(f"{args.observed}: conforms to the {kind} vectors of {args.dir} under the "
+          f"{choice} {choice_name}")
+    return 0
+
+
 def _unknown_case(case_id: str, vectors: dict, directory) -> str:
     close = difflib.get_close_matches(case_id, list(vectors), n=3)
     hint = (f"; did you mean {' or '.join(close)}?" if close else
@@ -179,6 +258,9 @@ def _run(args) -> int:
         print(f"{args.dir}: OK (every case recomputed from its stored inputs, every checksum "
               "matches)")
         return 0
+    family = _chosen_family(args) if command in ("check", "expect") else None
+    if command == "check" and family:
+        return _check_family(args, family)
     if command == "check":
         from hscale.judge.profiles import check_profile
         from hscale.vectors.check import check
@@ -194,17 +276,34 @@ def _run(args) -> int:
     if command == "expect":
         from hscale.vectors.check import observed_lines
         check_output_file("--out", args.out)  # before the work
+        if family:
+            cases = _family_cases(args.dir, family)
+            lines = (_family(family).observed_lines(cases, args.recipe, not args.no_gs)
+                     if family == "activation" else
+                     _family(family).observed_lines(cases, args.gemm_model))
+            write_text(args.out, "\n".join(lines) + "\n")
+            return 0
         lines = observed_lines(args.dir, not args.no_gs, index_keys=args.index_keys,
                                swizzled=args.swizzled, reciprocal=args.reciprocal)
         write_text(args.out, "\n".join(lines) + "\n")
         return 0
     if command == "explain":
-        from hscale.vectors.check import load_vectors
+        from hscale.vectors.check import open_vectors
         from hscale.vectors.explain import explain_group
-        vectors = load_vectors(args.dir)
-        if args.case not in vectors:
-            raise UsageError(_unknown_case(args.case, vectors, args.dir))
-        print(explain_group(*vectors[args.case], args.row, args.group))
+        from hscale.vectors.families import families
+        if not Path(args.dir).exists() and args.case.isdigit():  # CASE ROW [GROUP], no DIR
+            args.dir, args.case, args.row, args.group = (DEFAULT_LEVEL0_DIR, str(args.dir),
+                                                         int(args.case), args.row)
+        opened = open_vectors(args.dir)
+        if args.case in opened.family_cases:
+            file_name, case = opened.family_cases[args.case]
+            kind = next(k for k, m in families().items() if file_name.startswith(m.SET_PREFIX))
+            print(families()[kind].explain(file_name, case, args.row, args.group))
+            return 0
+        if args.case not in opened.cases:
+            raise UsageError(_unknown_case(args.case, {**opened.cases, **opened.family_cases},
+                                           args.dir))
+        print(explain_group(*opened.cases[args.case], args.row, args.group))
         return 0
     if command == "clauses":
         from hscale.vectors.docs import clause_table

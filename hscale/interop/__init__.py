@@ -40,6 +40,13 @@ PREFIX = "hscale.backends.interop."
 LEVEL2_SEED, LEVEL2_CASES = 20261122, 300
 
 
+def library_cells(entry: dict) -> str:
+    """The first cells of a library's row: ``| label | `adapter` | version | calls |``."""
+    return (f"| {entry['label']} | `{entry['adapter'].replace(PREFIX, '')}` | "
+            f"{entry['version']} | {entry['calls']} |")
+
+
+
 @dataclass(frozen=True)
 class Adapter:
     label: str
@@ -177,9 +184,9 @@ def hex_example(case, expected, observed, finding) -> dict:
     the group's w (float32 bits) and the reference's and the observed scale byte and 8 packed
     bytes (under a relaxed profile the finding says what was expected of the library's own
     byte)."""
-    from hscale.vectors import hexio
-    example = {"case": case.id, "s_g": hexio.fp32_hex(expected.global_scale).upper(),
-               "observed_s_g": hexio.fp32_hex(np.float32(observed.global_scale)).upper(),
+    from hscale.judge.findings import fp32_hex
+    example = {"case": case.id, "s_g": fp32_hex(expected.global_scale, prefix=""),
+               "observed_s_g": fp32_hex(np.float32(observed.global_scale), prefix=""),
                "finding": finding.render()}
     if finding.group is not None:
         r, i = finding.group

@@ -3,7 +3,7 @@ fail), its allowance counts on the data sets, and what its profile still rejects
 
 from __future__ import annotations
 
-from . import ADAPTERS, GPU_ONLY, PREFIX
+from . import ADAPTERS, GPU_ONLY, library_cells
 
 
 def cell(entry: dict, clause: str) -> str:
@@ -107,10 +107,8 @@ def render(results: dict, results_name: str = "interop-results.json") -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for e in entries:
-        adapter = f"`{e['adapter'].replace(PREFIX, '')}`"
         if "exact" not in e:
-            lines.append(f"| {e['label']} | {adapter} | {e['version']} | {e['calls']} | "
-                         f"not run: {e.get('not_run', '')} | | | |")
+            lines.append(f"{library_cells(e)} not run: {e.get('not_run', '')} | | | |")
             continue
         exact = e["exact"]["tests"]
         relaxed = e.get("faithful") or e.get("format")
@@ -120,8 +118,7 @@ def render(results: dict, results_name: str = "interop-results.json") -> str:
         numerics = e["exact"].get("verdicts", {}).get("numerics")
         contract = ", ".join(f"{n} {outcome}" for outcome, n in
                              e["exact"].get("input_contract", {}).items()) or "not recorded"
-        lines.append(f"| {e['label']} | {adapter} | {e['version']} | {e['calls']} | "
-                     + (f"{numerics}: " if numerics else "")
+        lines.append(f"{library_cells(e)} " + (f"{numerics}: " if numerics else "")
                      + f"{exact.get('failed', 0)} failed, {exact.get('passed', 0)} passed "
                      f"({e['exact']['seconds']:.0f} s) | {allowances} | {still} | {contract} |")
     lines += ["", "## Clause by clause", "",
@@ -171,6 +168,8 @@ def render(results: dict, results_name: str = "interop-results.json") -> str:
             lines += ["```"]
         lines += still_rejected_block(e)
         lines.append("")
+    from .gemm import render_gemm
+    lines += render_gemm(results.get("gemm", {}))
     lines += ["## Not run", ""]
     for e in entries:
         if "exact" not in e:

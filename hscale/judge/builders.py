@@ -25,7 +25,8 @@ def exact(values, dtype=F32) -> np.ndarray:
     rounded value, or a zero whose sign is lost (NaN stays NaN). A construction that is not
     what it claims is a bug of the case, ``CaseError``."""
     values = np.asarray(values, dtype=np.float64)
-    out = values.astype(dtype)
+    with np.errstate(over="ignore"):  # an overflow to infinity is refused below
+        out = values.astype(dtype)
     back = out.astype(np.float64)
     both_nan = np.isnan(back) & np.isnan(values)
     bad = ((back != values) | (np.signbit(back) != np.signbit(values))) & ~both_nan

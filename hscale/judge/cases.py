@@ -20,6 +20,8 @@ import numpy as np
 from hscale.reference import QuantizedWeight, gptq_quantize, quantize
 from hscale.reference.constants import DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U
 
+from .findings import fp32_hex
+
 # The clause a reference ValueError cites first: "... (spec NVFP4-IN-1)".
 _CLAUSE_IN_MESSAGE = re.compile(r"\(spec ([A-Z0-9]+(?:-[A-Z0-9]+)+)[,)]")
 PIPELINES = ("quantize", "gptq-diagonal")
@@ -150,6 +152,69 @@ class Case:
                                 f"quantize in {name} (HSCALE-GPTQ-1)")
 
 
-def fp32_hex(value) -> str:
-    """``0x3C800000``: the fp32 bits of a value."""
-    return f"0x{int(np.array(float(value), dtype=np.float32).view(np.uint32)):08X}"
+@dataclass(frozen=True, eq=False)
+class GemmCase:
+    """One block-scaled GEMM and what the spec says of it (section 10, NVFP4-GEMM-*).
+
+    ``a``: the first operand (M, K), an NVFP4 tensor (a ``QuantizedWeight``, or any object with
+    ``codes``, row-major ``scale_bytes`` and ``global_scale``), or activations, a float32,
+    float16 or bfloat16 array, for the weight-only GEMM (NVFP4-GEMM-8); ``b``: the NVFP4 weight
+    (N, K); ``out_dtype``: float32, bfloat16 or float16. ``id``, ``title``, ``clauses``,
+    ``provenance``, ``notes``: what the case is and exercises, as for :class:`Case`. What a
+    kernel may return depends on the accumulation model it declares: ``admissible(model)``;
+    ``reference_outputs`` is the one result of the kit's own GEMM (the exact sum rounded once).
+    """
+
+    a: Any
+    b: Any
+    out_dtype: str = "float32"
+    id: str = ""
+    title: str = ""
+    clauses: tuple = ()
+    provenance: str | None = None
+    notes: tuple = field(default=())
+
+    @property
+    def weight_only(self) -> bool:
+        return isinstance(self.a, np.ndarray)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(M, N, K)."""
+        rows = self.a.shape[0] if self.weight_only else self.a.codes.shape[0]
+        return rows, self.b.codes.shape[0], self.b.codes.shape[1]
+
+    def with_(self, **changes) -> "GemmCase":
+        return replace(self, **changes)
+
+    @cached_property
+    def exact(self):
+        """The exact sums S (``hscale.reference.gemm.ExactSum``)."""
+        from hscale.reference.gemm import exact_sum
+        return exact_sum(self.a, self.b)
+
+    def admissible(self, model):
+        """The admissible results under the accumulation ``model`` (NVFP4-GEMM-7)."""
+        from hscale.reference.accumulation import GemmModel, admissible
+        model = GemmModel.parse(model)
+        cache = self.__dict__.setdefault("_admissible", {})
+        if model not in cache:
+            cache[model] = admissible(self.a, self.b, self.out_dtype, model, self.exact)
+        return cache[model]
+
+    @cached_property
+    def reference_outputs(self) -> np.ndarray:
+        """The kit's own GEMM of the case: admissible under every fp32 model with the global
+        scales on the accumulator."""
+        from hscale.reference.accumulation import reference_output
+        return reference_output(self.a, self.b, self.out_dtype, product=self.exact)
+
+    def describe(self) -> str:
+        m, n, k = self.shape
+        first = (f"activations {np.asarray(self.a).dtype.name}" if self.weight_only else
+                 f"NVFP4 gA {float(self.a.global_scale)!r} ({fp32_hex(self.a.global_scale)})")
+        text = (f"{m}x{k} @ ({n}x{k})^T, {first}, NVFP4 gB {float(self.b.global_scale)!r} "
+                f"({fp32_hex(self.b.global_scale)}), out {self.out_dtype}")
+        label = self.id or self.title
+        return f"{label}: {text}" if label else text
+

@@ -31,13 +31,14 @@ import numpy as np
 
 from hscale.reference import (E2M1_MIDPOINTS, SCALE_BYTE_VALUES, QuantizedWeight,
                               candidate_errors, encode_e2m1, pack_codes, unpack_codes)
+from hscale.reference.constants import FP32_SMALLEST_NORMAL
 from hscale.reference.constants import GROUP_SIZE as GROUP
 from hscale.reference.global_scale import multiplier_from_reciprocal
 from hscale.reference.initial_scale import FOUR_OVER_SIX_TOPS, TOP_MAGNITUDE
 
 from . import independent
-from .cases import Case, Rejection, fp32_hex
-from .findings import Finding, plural
+from .cases import Case, Rejection
+from .findings import Finding, fp32_hex, plural
 from .profiles import EXACT, FORMAT, check_profile
 
 #: Differences analysed in detail per kind; the rest are counted.
@@ -59,6 +60,8 @@ class Diagnosis:
     tolerance_uses: int = 0  # groups accepted only thanks to the objective tolerance
     groups: int = 0
     note: str = ""
+    #: per finding, what would excuse it (``excusing_allowances``); None: not searched
+    excused_by: list | None = None
 
     @property
     def ok(self) -> bool:
@@ -90,6 +93,28 @@ class Diagnosis:
 # What an implementation returned -> the one result record
 # ------------------------------------------------------------------------------------------
 
+def result_array(result, name, shape, clause, dtype, findings):
+    """``result.name`` as a numpy array (None where the result has none), a finding of
+    ``clause`` appended when it cannot be read or has another shape or dtype than ``shape``,
+    ``dtype``."""
+    value = getattr(result, name, None)
+    if value is None:
+        return None
+    try:
+        a = np.asarray(value)
+    except Exception as exc:  # noqa: BLE001 - anything unreadable is a finding
+        findings.append(Finding(clause, f"{name}: cannot be read as a numpy array ({exc})",
+                                kind="structure"))
+        return None
+    if a.shape != shape:
+        findings.append(Finding(clause, f"{name}: shape expected {shape} observed {a.shape}",
+                                kind="structure", expected=str(shape), observed=str(a.shape)))
+    elif a.dtype != np.dtype(dtype):
+        findings.append(Finding(clause, f"{name}: dtype expected {dtype} observed {a.dtype}",
+                                kind="structure", expected=dtype, observed=str(a.dtype)))
+    return a
+
+
 def observe(result, case: Case, convention: str = "multiplier", scale_layout: str = "row-major"):
     """``(QuantizedWeight or None, findings)`` from what an implementation returned for
     ``case``: its own ``QuantizedWeight`` as is; otherwise any object with ``scale_bytes``
@@ -114,22 +139,7 @@ def observe(result, case: Case, convention: str = "multiplier", scale_layout: st
                               f"{', '.join(missing)}", kind="structure")]
 
     def array(name, shape, clause, dtype):
-        value = getattr(result, name, None)
-        if value is None:
-            return None
-        try:
-            a = np.asarray(value)
-        except Exception as exc:  # noqa: BLE001 - anything unreadable is a finding
-            findings.append(Finding(clause, f"{name}: cannot be read as a numpy array ({exc})",
-                                    kind="structure"))
-            return None
-        if a.shape != shape:
-            findings.append(Finding(clause, f"{name}: shape expected {shape} observed {a.shape}",
-                                    kind="structure", expected=str(shape), observed=str(a.shape)))
-        elif a.dtype != np.dtype(dtype):
-            findings.append(Finding(clause, f"{name}: dtype expected {dtype} observed {a.dtype}",
-                                    kind="structure", expected=dtype, observed=str(a.dtype)))
-        return a
+        return result_array(result, name, shape, clause, dtype, findings)
 
     codes = array("codes", (m, n), "NVFP4-E2M1-1", "uint8")
     packed = array("packed", (m, n // 2), "NVFP4-PACK-1", "uint8")
@@ -159,13 +169,12 @@ def observe(result, case: Case, convention: str = "multiplier", scale_layout: st
     observed = QuantizedWeight.from_bytes(codes, scale_bytes, initial, sg, method=case.method,
                                           init=case.init, K=case.K, U=case.U,
                                           scale_ceiling=case.scale_ceiling)
+    as_returned = dict(packed=np.ascontiguousarray(packed))  # a packing fault is seen (PACK-1)
     if delta is not None and not np.array_equal(observed.delta, delta):
-        object.__setattr__(observed, "delta", np.ascontiguousarray(delta))
-    # The packed bytes as returned, so that a packing fault is seen (NVFP4-PACK-1).
-    object.__setattr__(observed, "packed", np.ascontiguousarray(packed))
+        as_returned["delta"] = np.ascontiguousarray(delta)
     if convention == "reciprocal":
-        object.__setattr__(observed, "stored_global_scale", np.float32(result.global_scale))
-    return observed, []
+        as_returned["stored_global_scale"] = np.float32(result.global_scale)
+    return replace(observed, **as_returned), []
 
 
 def _unswizzled_scale_bytes(result, rows: int, scale_cols: int, findings: list):
@@ -257,8 +266,10 @@ def diagnose(case: Case, observed: QuantizedWeight, *, profile: str = EXACT, all
         diagnosis.allowance_uses = Counter({k: v for k, v in cert.uses.items() if v})
         diagnosis.tolerance_uses = cert.tolerance_uses
     if name_allowances and diagnosis.findings:
+        diagnosis.excused_by = excusing_allowances(case, observed, diagnosis.findings, profile,
+                                                   allowances)
         diagnosis.findings = name_excusing_allowances(case, observed, diagnosis.findings, profile,
-                                                      allowances)
+                                                      allowances, diagnosis.excused_by)
     return diagnosis
 
 
@@ -269,13 +280,19 @@ NAMING_LIMIT = 1 << 20
 NAMING_FINDINGS = 1 << 12
 
 
-def name_excusing_allowances(case: Case, observed: QuantizedWeight, findings: list[Finding],
-                             profile: str, allowances) -> list[Finding]:
-    """The findings, each one that a single further allowance would excuse saying so: the
-    faithful (or format) certificate with that allowance added has no finding at its place
-    (its element, its group, or the tensor for a finding about s_g), where without it it has."""
+#: In ``excusing_allowances``: the faithful profile itself (its tolerance) accepts the place.
+THE_FAITHFUL_PROFILE = "the faithful profile"
+
+
+def excusing_allowances(case: Case, observed: QuantizedWeight, findings: list[Finding],
+                        profile: str, allowances) -> list[tuple[str, ...]] | None:
+    """Per finding, what would excuse it: the allowances each of which, added alone, leaves the
+    faithful (or format) certificate without a finding at its place (its element, its group, or
+    the tensor for a finding about s_g); ``(THE_FAITHFUL_PROFILE,)`` where that certificate
+    already has none there (a finding of the exact profile only); ``()`` where nothing single
+    does. None when the result is too large to search, or its findings' places are unknown."""
     if int(np.prod(case.shape)) > NAMING_LIMIT:
-        return findings
+        return None
     from .profiles import ALLOWANCES
     judge_choice = profile != FORMAT
     allowances = frozenset(allowances)
@@ -289,7 +306,7 @@ def name_excusing_allowances(case: Case, observed: QuantizedWeight, findings: li
     base = places(certify(case, observed, strict=False, allowances=allowances,
                           judge_choice=judge_choice, limit=NAMING_FINDINGS))
     if base is None:
-        return findings
+        return None
     excused: dict = {}
     for name in (a for a in ALLOWANCES if a not in allowances):
         left = places(certify(case, observed, strict=False, allowances=allowances | {name},
@@ -298,12 +315,31 @@ def name_excusing_allowances(case: Case, observed: QuantizedWeight, findings: li
             continue
         for place in base - left:
             excused.setdefault(place, []).append(name)
+    out = []
+    for finding in findings:
+        place = (finding.group, finding.element)
+        if profile == EXACT and place not in base and (finding.group, None) not in base \
+                and (finding.group is not None or (None, None) not in base):
+            out.append((THE_FAITHFUL_PROFILE,))
+            continue
+        names = excused.get(place) or (excused.get((finding.group, None))
+                                       if finding.group is not None else None)
+        out.append(tuple(names or ()))
+    return out
+
+
+def name_excusing_allowances(case: Case, observed: QuantizedWeight, findings: list[Finding],
+                             profile: str, allowances, excusers=None) -> list[Finding]:
+    """The findings, each one that a single further allowance would excuse saying so
+    (``excusing_allowances``, unless given)."""
+    if excusers is None:
+        excusers = excusing_allowances(case, observed, findings, profile, allowances)
+    if excusers is None:
+        return findings
     hint = " (--profile faithful --allow {})" if profile == EXACT else " (--allow {})"
     named = []
-    for finding in findings:
-        names = excused.get((finding.group, finding.element)) or (
-            excused.get((finding.group, None)) if finding.group is not None else None)
-        if names:
+    for finding, names in zip(findings, excusers):
+        if names and names != (THE_FAITHFUL_PROFILE,):
             finding = replace(finding, text=finding.text + f"; the allowance {' or '.join(names)} "
                               "would excuse this" + hint.format(names[0]))
         named.append(finding)
@@ -312,7 +348,7 @@ def name_excusing_allowances(case: Case, observed: QuantizedWeight, findings: li
 
 def stored_as_reciprocal(observed: QuantizedWeight) -> bool:
     """Whether the result stored its global scale as the reciprocal (``observe`` keeps it)."""
-    return getattr(observed, "stored_global_scale", None) is not None
+    return observed.stored_global_scale is not None
 
 
 def expected_for(case: Case, observed: QuantizedWeight):
@@ -353,8 +389,7 @@ def compare_exact(case: Case, observed: QuantizedWeight, expected: QuantizedWeig
     unlisted: Counter = Counter()
     sg, want_sg = float(observed.global_scale), float(expected.global_scale)
     if fp32_hex(sg) != fp32_hex(want_sg) or math.isnan(sg):
-        findings.append(_global_scale_finding(case, sg, want_sg,
-                                              getattr(observed, "stored_global_scale", None)))
+        findings.append(_global_scale_finding(case, sg, want_sg, observed.stored_global_scale))
         return findings, unlisted  # every byte and code below would follow from it
 
     w = case.exact_weight()
@@ -434,7 +469,7 @@ def _global_scale_finding(case: Case, sg: float, want_sg: float, stored=None) ->
     amax = float(np.max(np.abs(case.exact_weight())))
     if case.global_scale is not None:
         clause, why = "NVFP4-GS-3", "the caller's s_g is used unchanged"
-    elif amax == 0 or Fraction(amax) / (6 * Fraction(float(case.scale_ceiling))) < 2.0 ** -126:
+    elif amax == 0 or Fraction(amax) / (6 * Fraction(float(case.scale_ceiling))) < FP32_SMALLEST_NORMAL:
         clause, why = "NVFP4-GS-2", f"amax = {amax!r}"
     else:
         clause, why = "NVFP4-GS-1", (f"s_g = fp32(amax / (6 C)) with amax = {amax!r}, "

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Finding:
-    """``clause`` broken at ``group`` (r, i) / ``element`` j of that group (None: the tensor).
+    """``clause`` broken at ``group`` (r, i) / ``element`` j of that group (None: the tensor),
+    or at a GEMM's ``output`` element (i, j).
 
     ``text`` is the whole statement: the quantity, expected vs observed, and the evidence (the
     objectives of both candidates, the exact quotient, "an exact tie"). ``expected`` and
@@ -32,9 +35,12 @@ class Finding:
     kind: str = ""
     expected: str = ""
     observed: str = ""
+    output: tuple[int, int] | None = None  # a GEMM's output element (i, j) (section 10)
 
     @property
     def place(self) -> str:
+        if self.output is not None:
+            return f"output element (i={self.output[0]}, j={self.output[1]})"
         if self.group is None:
             return "tensor"
         where = f"group (r={self.group[0]}, i={self.group[1]})"
@@ -50,6 +56,8 @@ class Finding:
             out["group"] = list(self.group)
         if self.element is not None:
             out["element"] = self.element
+        if self.output is not None:
+            out["output"] = list(self.output)
         if self.expected or self.observed:
             out["expected"], out["observed"] = self.expected, self.observed
         return out
@@ -58,3 +66,10 @@ class Finding:
 def plural(count: int, noun: str, plural_form: str | None = None) -> str:
     """``1 problem``, ``2 problems``."""
     return f"{count} {noun if count == 1 else (plural_form or noun + 's')}"
+
+
+def fp32_hex(value, prefix: str = "0x") -> str:
+    """The fp32 bits of a value, eight upper-case hex digits after ``prefix``: ``0x3C800000``
+    (how findings and reports write an fp32 value; the vector files write their own words,
+    ``hscale.vectors.hexio``)."""
+    return f"{prefix}{int(np.array(float(value), dtype=np.float32).view(np.uint32)):08X}"

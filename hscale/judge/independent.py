@@ -1,7 +1,7 @@
 """A second, vectorised statement of the spec, written only to *check* a result.
 
-This module uses none of the reference's rules (it takes only the group size, a number, from
-``hscale.reference.constants``): every rule below is re-derived from docs/spec.md so that a
+This module uses none of the reference's rules (it takes only numbers from
+``hscale.reference.constants``: the group size, the E2M1 grid, the smallest normal fp32): every rule below is re-derived from docs/spec.md so that a
 result can be certified without trusting the reference. It serves
 three purposes:
 
@@ -24,14 +24,15 @@ from fractions import Fraction
 
 import numpy as np
 
+from hscale.reference.constants import E2M1_MAGNITUDES, E2M1_MIDPOINTS, FP32_SMALLEST_NORMAL
 from hscale.reference.constants import GROUP_SIZE as GROUP
 
 from .findings import Finding
 
-MAGNITUDES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
-MIDPOINTS = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
+MAGNITUDES = np.array(E2M1_MAGNITUDES)
+MIDPOINTS = np.array(E2M1_MIDPOINTS)
 FIRST, LAST, FIRST_NORMAL = 0x01, 0x7E, 0x08
-FP32_MIN_NORMAL = 2.0 ** -126
+FP32_MIN_NORMAL = FP32_SMALLEST_NORMAL
 
 #: How far (relative) s_g may be from the spec's under low-precision-global-scale: bfloat16's
 #: rounding of amax and of 6C / amax (8 significant bits each), then fp32's reciprocal.
@@ -212,31 +213,98 @@ def certify(weight: np.ndarray, hessian_diag, *, method: str, init: str, K: int,
     does not report its initial bytes; the spec's are assumed. At most ``limit`` findings of
     each clause are kept (the rest are counted in ``extra``). ``stored_as_reciprocal``: the
     implementation stores r = fp32(1/s_g) and ``observed_global_scale`` is what r reads back
-    as; its own s_g is then the writer's chain of NVFP4-GS-4, fp32(1/fp32(1/s_g))."""
-    allow = frozenset() if strict else frozenset(allowances)
-    cert = Certificate()
-    counts: Counter = Counter()
+    as; its own s_g is then the writer's chain of NVFP4-GS-4, fp32(1/fp32(1/s_g)).
 
-    def add(f: Finding):
-        counts[(f.clause, f.kind)] += 1
-        if counts[(f.clause, f.kind)] <= limit:
-            cert.findings.append(f)
+    One function per section of the spec follows, in the spec's order: the global scale, zero
+    groups, the ladder, the initial byte, the choice, the element codes, the packing."""
+    judge = _Judge(Certificate(), frozenset() if strict else frozenset(allowances), strict,
+                   limit)
+    sg = _judge_global_scale(judge, weight, global_scale, scale_ceiling,
+                             float(observed_global_scale), stored_as_reciprocal)
+    if sg is None:
+        return judge.cert  # nothing below can be judged against an unusable s_g
+    rows, cols = weight.shape
+    groups_all = weight.reshape(-1, GROUP)
+    judge.cert.groups = groups_all.shape[0]
+    codes_all = np.asarray(codes).reshape(-1, GROUP).astype(np.uint8)
+    bytes_all = np.asarray(scale_bytes).reshape(-1).astype(np.int64)
+    delta_all = None if delta is None else np.asarray(delta).reshape(-1).astype(np.int64)
+    h_groups = (np.asarray(hessian_diag, dtype=np.float64).reshape(cols // GROUP, GROUP)
+                if method == "hscale" else None)
+    for start in range(0, groups_all.shape[0], CHUNK):
+        stop = min(groups_all.shape[0], start + CHUNK)
+        chunk = _Chunk.of(groups_all, codes_all, bytes_all, delta_all, h_groups, start, stop,
+                          cols // GROUP)
+        zero, as_zero = _judge_zero_groups(judge, chunk, sg)
+        good = _judge_ladder(judge, chunk, zero, as_zero)
+        base, obs_delta = _judge_initial_byte(judge, chunk, sg, good, method=method, init=init,
+                                              judge_choice=judge_choice)
+        if judge_choice:  # the format profile: the library's own rule chose the byte
+            _judge_choice(judge, chunk, sg, good, base, obs_delta, method=method, K=K, U=U)
+        _judge_element_codes(judge, chunk, sg, good, zero | as_zero)
+    if packed is not None:
+        _judge_packing(judge, codes, packed)
+    return judge.cert
+
+
+@dataclass
+class _Judge:
+    """What every section's judgement shares: the certificate it writes, the allowances in
+    force, and how many findings of each clause it lists (the rest are counted)."""
+
+    cert: Certificate
+    allow: frozenset
+    strict: bool
+    limit: int
+    counts: Counter = field(default_factory=Counter)
+
+    def add(self, finding: Finding) -> None:
+        self.counts[(finding.clause, finding.kind)] += 1
+        if self.counts[(finding.clause, finding.kind)] <= self.limit:
+            self.cert.findings.append(finding)
         else:
-            cert.extra[f.clause] += 1
+            self.cert.extra[finding.clause] += 1
 
-    def first(mask, clause):
+    def first(self, mask, clause: str) -> np.ndarray:
         """Indices of the first offenders (the rest are only counted)."""
         hits = np.flatnonzero(mask)
-        if len(hits) > limit:
-            cert.extra[clause] += len(hits) - limit
-        return hits[:limit]
+        if len(hits) > self.limit:
+            self.cert.extra[clause] += len(hits) - self.limit
+        return hits[:self.limit]
 
-    rows, cols = weight.shape
-    gcols = cols // GROUP
+
+@dataclass
+class _Chunk:
+    """A run of groups judged together: the weights ``w`` (G, 16), their maxima, what the
+    implementation returned for them, and their objective weights ``h``."""
+
+    w: np.ndarray
+    gmax: np.ndarray
+    codes: np.ndarray
+    bytes: np.ndarray
+    delta: np.ndarray | None
+    h: np.ndarray
+    index: np.ndarray  # the flat group index of each row
+    group_cols: int
+
+    @classmethod
+    def of(cls, groups, codes, bytes_, delta, h_groups, start, stop, group_cols) -> "_Chunk":
+        idx = np.arange(start, stop)
+        w = groups[start:stop]
+        h = h_groups[idx % group_cols] if h_groups is not None else np.ones_like(w)
+        return cls(w, np.abs(w).max(axis=1), codes[start:stop], bytes_[start:stop],
+                   None if delta is None else delta[start:stop], h, idx, group_cols)
+
+    def where(self, k: int) -> tuple[int, int]:
+        return int(self.index[k] // self.group_cols), int(self.index[k] % self.group_cols)
+
+
+def _judge_global_scale(judge: _Judge, weight, global_scale, scale_ceiling, obs_sg: float,
+                        stored_as_reciprocal: bool) -> float | None:
+    """NVFP4-GS-1 .. GS-4: the observed s_g, or None when it cannot be judged against (not a
+    positive normal fp32)."""
+    allow = judge.allow
     amax = float(np.max(np.abs(weight)))
-
-    # ---- NVFP4-GS-1 .. GS-3 ---------------------------------------------------------------
-    obs_sg = float(observed_global_scale)
     if global_scale is not None:
         want_sg, gs_clause = float(np.float32(global_scale)), "NVFP4-GS-3"
     else:
@@ -254,192 +322,188 @@ def certify(weight: np.ndarray, hessian_diag, *, method: str, init: str, K: int,
         low_precision = bool(np.isfinite(obs_sg) and obs_sg > 0 and want_sg > 0
                              and abs(obs_sg / want_sg - 1) <= LOW_PRECISION_SG)
         if "reciprocal-global-scale" in allow and global_scale is None and amax > 0 and off_by_ulp:
-            cert.uses["reciprocal-global-scale"] += 1
+            judge.cert.uses["reciprocal-global-scale"] += 1
         elif ("supplied-reciprocal" in allow and global_scale is not None
               and obs_sg == nearest_reciprocal_read_back(want_sg)):
-            cert.uses["supplied-reciprocal"] += 1
+            judge.cert.uses["supplied-reciprocal"] += 1
         elif ("low-precision-global-scale" in allow and global_scale is None and amax > 0
               and low_precision):
-            cert.uses["low-precision-global-scale"] += 1
+            judge.cert.uses["low-precision-global-scale"] += 1
         else:
-            add(Finding(gs_clause, f"global scale s_g expected {_f32(want_sg)} observed "
-                        f"{_f32(obs_sg)}" + (" (the caller's s_g must be used unchanged)"
-                                             if global_scale is not None else
-                                             f" (amax = {_f32(amax)}, C = {scale_ceiling!r})"),
-                        kind="sg"))
+            judge.add(Finding(gs_clause, f"global scale s_g expected {_f32(want_sg)} observed "
+                              f"{_f32(obs_sg)}" + (" (the caller's s_g must be used unchanged)"
+                                                   if global_scale is not None else
+                                                   f" (amax = {_f32(amax)}, C = "
+                                                   f"{scale_ceiling!r})"), kind="sg"))
     if not (np.isfinite(obs_sg) and obs_sg >= FP32_MIN_NORMAL):
-        return cert  # nothing below can be judged against an unusable s_g
-    sg = obs_sg
-    near_band = NEAR if ({"reciprocal-multiply", "reciprocal-global-scale"} & allow) else 0.0
-    init_band = NEAR if ({"fp32-scale-rounding", "reciprocal-global-scale"} & allow) else 0.0
+        return None
+    return obs_sg
 
-    groups_all = weight.reshape(-1, GROUP)
-    G = groups_all.shape[0]
-    cert.groups = G
-    codes_all = np.asarray(codes).reshape(-1, GROUP).astype(np.uint8)
-    bytes_all = np.asarray(scale_bytes).reshape(-1).astype(np.int64)
-    delta_all = None if delta is None else np.asarray(delta).reshape(-1).astype(np.int64)
-    if method == "hscale":
-        h_groups = np.asarray(hessian_diag, dtype=np.float64).reshape(gcols, GROUP)
-    prio = priority_deltas(K, U)
-    D = K - 1 - U
 
-    for start in range(0, G, CHUNK):
-        stop = min(G, start + CHUNK)
-        idx = np.arange(start, stop)
-        w = groups_all[start:stop]
-        aw = np.abs(w)
-        gmax = aw.max(axis=1)
-        obs_codes = codes_all[start:stop]
-        obs_byte = bytes_all[start:stop]
-        obs_delta = None if delta_all is None else delta_all[start:stop]
-        if method == "hscale":
-            h = h_groups[idx % gcols]
-        else:
-            h = np.ones_like(w)
-        where = lambda k: (int(idx[k] // gcols), int(idx[k] % gcols))  # noqa: E731
-
-        zero = gmax == 0
-        # A non-zero group whose quotient rounds to E4M3 zero, stored as a zero group
-        # (allowance underflow-zero-group): judged below as a zero group is.
-        as_zero = np.zeros_like(zero)
-        if "underflow-zero-group" in allow:
-            underflow = ~zero & (e4m3_byte(gmax, 6.0 * sg) == 0)
-            byte_ok = (obs_byte == 0) | (("zero-group-byte" in allow) & (obs_byte <= LAST))
-            as_zero = underflow & byte_ok & ((obs_codes & 0x7) == 0).all(axis=1)
-            cert.uses["underflow-zero-group"] += int(np.count_nonzero(as_zero))
-            if "zero-group-byte" in allow:
-                cert.uses["zero-group-byte"] += int(np.count_nonzero(as_zero & (obs_byte != 0)))
-        # ---- NVFP4-ZERO-1 ------------------------------------------------------------------
-        zero_byte = zero & (obs_byte != 0)
+def _judge_zero_groups(judge: _Judge, chunk: _Chunk, sg: float):
+    """NVFP4-ZERO-1 (scale byte and delta of a zero group; its codes are judged with the
+    others). Returns ``(zero, as_zero)``: the zero groups, and the non-zero groups stored as
+    zero groups under the allowance underflow-zero-group (judged below as zero groups are)."""
+    allow, cert = judge.allow, judge.cert
+    obs_byte, obs_delta = chunk.bytes, chunk.delta
+    zero = chunk.gmax == 0
+    as_zero = np.zeros_like(zero)
+    if "underflow-zero-group" in allow:
+        underflow = ~zero & (e4m3_byte(chunk.gmax, 6.0 * sg) == 0)
+        byte_ok = (obs_byte == 0) | (("zero-group-byte" in allow) & (obs_byte <= LAST))
+        as_zero = underflow & byte_ok & ((chunk.codes & 0x7) == 0).all(axis=1)
+        cert.uses["underflow-zero-group"] += int(np.count_nonzero(as_zero))
         if "zero-group-byte" in allow:
-            tolerated = zero_byte & (obs_byte <= LAST)
-            cert.uses["zero-group-byte"] += int(np.count_nonzero(tolerated))
-            zero_byte &= ~tolerated
-        for k in first(zero_byte, "NVFP4-ZERO-1"):
-            add(Finding("NVFP4-ZERO-1", f"zero group: scale byte expected 0x00 observed "
-                        f"{_h(obs_byte[k])}", where(k), kind="byte"))
-        delta_checked = zero if "zero-group-byte" not in allow else zero & (obs_byte == 0)
-        if obs_delta is not None:
-            for k in first(delta_checked & (obs_delta != 0), "NVFP4-ZERO-1"):
-                add(Finding("NVFP4-ZERO-1", f"zero group: delta expected +0 observed "
-                            f"{obs_delta[k]:+d}", where(k), kind="delta"))
+            cert.uses["zero-group-byte"] += int(np.count_nonzero(as_zero & (obs_byte != 0)))
+    zero_byte = zero & (obs_byte != 0)
+    if "zero-group-byte" in allow:
+        tolerated = zero_byte & (obs_byte <= LAST)
+        cert.uses["zero-group-byte"] += int(np.count_nonzero(tolerated))
+        zero_byte &= ~tolerated
+    for k in judge.first(zero_byte, "NVFP4-ZERO-1"):
+        judge.add(Finding("NVFP4-ZERO-1", f"zero group: scale byte expected 0x00 observed "
+                          f"{_h(obs_byte[k])}", chunk.where(k), kind="byte"))
+    delta_checked = zero if "zero-group-byte" not in allow else zero & (obs_byte == 0)
+    if obs_delta is not None:
+        for k in judge.first(delta_checked & (obs_delta != 0), "NVFP4-ZERO-1"):
+            judge.add(Finding("NVFP4-ZERO-1", f"zero group: delta expected +0 observed "
+                              f"{obs_delta[k]:+d}", chunk.where(k), kind="delta"))
+    return zero, as_zero
 
-        # ---- non-zero groups: the scale byte must be a ladder byte ---------------------------
-        nz = ~zero & ~as_zero
-        off_ladder = nz & ((obs_byte < FIRST) | (obs_byte > LAST))
-        for k in first(off_ladder, 'NVFP4-E4M3-3'):
-            add(Finding("NVFP4-E4M3-3", f"scale byte {_h(obs_byte[k])} of a non-zero group is "
-                        "not on the ladder 0x01..0x7E", where(k), kind="ladder"))
-        good = nz & ~off_ladder
 
-        # ---- initial byte (NVFP4-INIT-1/2) -------------------------------------------------
-        c6 = range_byte(gmax, sg, 6.0)
-        if init == "maxabs":
-            c0 = c6
+def _judge_ladder(judge: _Judge, chunk: _Chunk, zero, as_zero) -> np.ndarray:
+    """NVFP4-E4M3-3: the scale byte of a non-zero group is a ladder byte. Returns the non-zero
+    groups whose byte is."""
+    nz = ~zero & ~as_zero
+    off_ladder = nz & ((chunk.bytes < FIRST) | (chunk.bytes > LAST))
+    for k in judge.first(off_ladder, "NVFP4-E4M3-3"):
+        judge.add(Finding("NVFP4-E4M3-3", f"scale byte {_h(chunk.bytes[k])} of a non-zero group "
+                          "is not on the ladder 0x01..0x7E", chunk.where(k), kind="ladder"))
+    return nz & ~off_ladder
+
+
+def _judge_initial_byte(judge: _Judge, chunk: _Chunk, sg: float, good, *, method: str,
+                        init: str, judge_choice: bool):
+    """NVFP4-INIT-1 / INIT-2: the initial byte the result implies (its byte minus its delta;
+    the spec's where it reports no delta). Returns ``(base, delta)``: the initial byte the
+    choice is judged from (the implementation's own where usable) and the delta."""
+    w, gmax, obs_byte, obs_delta = chunk.w, chunk.gmax, chunk.bytes, chunk.delta
+    c6 = range_byte(gmax, sg, 6.0)
+    if init == "maxabs":
+        c0 = c6
+    else:
+        c4 = range_byte(gmax, sg, 4.0)
+        e6 = objective(w, 1.0, element_codes(w, sg * SCALE_VALUES[c6][:, None]),
+                       sg * SCALE_VALUES[c6][:, None])
+        e4 = objective(w, 1.0, element_codes(w, sg * SCALE_VALUES[c4][:, None]),
+                       sg * SCALE_VALUES[c4][:, None])
+        c0 = np.where(e4 < e6, c4, c6)
+    if obs_delta is None:  # no initial bytes reported: judged against the spec's
+        obs_delta = obs_byte - c0
+    implied = obs_byte - obs_delta
+    init_ok = implied == c0
+    init_clause = "NVFP4-INIT-1" if init == "maxabs" else "NVFP4-INIT-2"
+    if not judge.strict:
+        init_band = NEAR if ({"fp32-scale-rounding", "reciprocal-global-scale"} & judge.allow) else 0.0
+        accept = _acceptable_initial(w, gmax, sg, init, implied, c0, init_band, judge.allow,
+                                     judge.cert)
+        init_ok = init_ok | accept
+    if not judge_choice:
+        init_ok = np.ones_like(init_ok)  # the format profile: the rule is the library's
+    for k in judge.first(good & ~init_ok, init_clause):
+        how = ("" if method == "rtn" else
+               f" (implied by scale byte {_h(obs_byte[k])} - delta {obs_delta[k]:+d})")
+        text = (f"initial byte expected {_h(c0[k])} observed {_h(implied[k])}{how}; "
+                f"group amax {_f64(gmax[k])}, amax_g / (6 s_g) = {float(gmax[k] / (6 * sg))!r}")
+        if init == "4over6":
+            text += f"; candidates c6 = {_h(c6[k])}, c4 = {_h(c4[k])}"
+        judge.add(Finding(init_clause, text, chunk.where(k), kind="init"))
+    # Judge the rest against the backend's own initial byte where it is usable.
+    base = np.where((implied >= FIRST) & (implied <= LAST), implied, c0)
+    return base, obs_delta
+
+
+def _judge_choice(judge: _Judge, chunk: _Chunk, sg: float, good, base, obs_delta, *,
+                  method: str, K: int, U: int) -> None:
+    """HSCALE-METHOD-1 (rtn keeps its initial byte), HSCALE-WIN-1 (the window),
+    HSCALE-OBJ-1 and HSCALE-ARGMIN-1 (the chosen byte minimises the objective, the tie rule;
+    faithful: within the objective tolerance of the window minimum)."""
+    w, h, obs_byte = chunk.w, chunk.h, chunk.bytes
+    if method == "rtn":
+        for k in judge.first(good & (obs_delta != 0), "HSCALE-METHOD-1"):
+            judge.add(Finding("HSCALE-METHOD-1", f"rtn keeps the initial byte: delta expected +0 "
+                              f"observed {obs_delta[k]:+d}", chunk.where(k), kind="rtn"))
+        return
+    D = K - 1 - U
+    out = good & ((obs_delta < -D) | (obs_delta > U))
+    for k in judge.first(out, "HSCALE-WIN-1"):
+        judge.add(Finding("HSCALE-WIN-1", f"scale byte {_h(obs_byte[k])} is outside the window "
+                          f"of initial byte {_h(base[k])}: delta {obs_delta[k]:+d} not in "
+                          f"[-{D}, +{U}] (K={K}, U={U})", chunk.where(k), kind="window"))
+    check = good & ~out
+    floor = np.full(base.shape, FIRST)
+    if "no-subnormal-scales" in judge.allow:
+        floor = np.where((obs_byte >= FIRST_NORMAL) & (base >= FIRST_NORMAL), FIRST_NORMAL, FIRST)
+    cand = np.clip(base[:, None] + np.array(priority_deltas(K, U))[None, :], floor[:, None], LAST)
+    scale = sg * SCALE_VALUES[cand]  # (Gc, K)
+    cand_codes = element_codes(w[:, None, :], scale[:, :, None])
+    E = objective(w[:, None, :], h[:, None, :], cand_codes, scale[:, :, None])
+    best = np.argmin(E, axis=1)  # first minimum: the tie rule
+    e_min = E[np.arange(len(best)), best]
+    s_byte = sg * SCALE_VALUES[obs_byte.clip(0, LAST)][:, None]
+    e_obs = objective(w, h, element_codes(w, s_byte), s_byte)
+    best_byte = cand[np.arange(len(best)), best]
+    if judge.strict:
+        wrong = check & (obs_byte != best_byte)
+    else:
+        tol = objective_tolerance(e_min, pairwise(h * (w * w)))
+        wrong = check & ~(e_obs <= e_min + tol)
+        judge.cert.tolerance_uses += int(np.count_nonzero(check & ~wrong & (e_obs > e_min)))
+    for k in np.concatenate([judge.first(wrong & (e_obs == e_min), "HSCALE-ARGMIN-1"),
+                             judge.first(wrong & (e_obs != e_min), "HSCALE-OBJ-1")]):
+        tie = e_obs[k] == e_min[k]
+        clause = "HSCALE-ARGMIN-1" if tie else "HSCALE-OBJ-1"
+        d_best = int(best_byte[k] - base[k])
+        text = (f"scale byte expected {_h(best_byte[k])} (delta {d_best:+d}, E = "
+                f"{_e(e_min[k])}) observed {_h(obs_byte[k])} (delta {obs_delta[k]:+d}, "
+                f"E = {_e(e_obs[k])})")
+        if tie:
+            text += ("; equal objectives: the tie rule keeps the earlier candidate in "
+                     "the priority order 0, +1, -1, +2, -2, ...")
+        elif not judge.strict:
+            text += f"; beyond the faithful tolerance {tol[k]:.3g} of the window minimum"
         else:
-            c4 = range_byte(gmax, sg, 4.0)
-            e6 = objective(w, 1.0, element_codes(w, sg * SCALE_VALUES[c6][:, None]),
-                           sg * SCALE_VALUES[c6][:, None])
-            e4 = objective(w, 1.0, element_codes(w, sg * SCALE_VALUES[c4][:, None]),
-                           sg * SCALE_VALUES[c4][:, None])
-            c0 = np.where(e4 < e6, c4, c6)
-        if obs_delta is None:  # no initial bytes reported: judged against the spec's
-            obs_delta = obs_byte - c0
-        implied = obs_byte - obs_delta
-        init_ok = implied == c0
-        init_clause = "NVFP4-INIT-1" if init == "maxabs" else "NVFP4-INIT-2"
-        if not strict:
-            accept = _acceptable_initial(w, gmax, sg, init, implied, c0, init_band, allow, cert)
-            init_ok = init_ok | accept
-        if not judge_choice:
-            init_ok = np.ones_like(init_ok)  # the format profile: the rule is the library's
-        for k in first(good & ~init_ok, init_clause):
-            how = ("" if method == "rtn" else
-                   f" (implied by scale byte {_h(obs_byte[k])} - delta {obs_delta[k]:+d})")
-            text = (f"initial byte expected {_h(c0[k])} observed {_h(implied[k])}{how}; "
-                    f"group amax {_f64(gmax[k])}, amax_g / (6 s_g) = {float(gmax[k] / (6 * sg))!r}")
-            if init == "4over6":
-                text += f"; candidates c6 = {_h(c6[k])}, c4 = {_h(c4[k])}"
-            add(Finding(init_clause, text, where(k), kind="init"))
-        # Judge the rest against the backend's own initial byte where it is usable.
-        base = np.where((implied >= FIRST) & (implied <= LAST), implied, c0)
+            text += "; the observed byte does not minimise the fp64 objective"
+        judge.add(Finding(clause, text, chunk.where(k), kind="choice"))
 
-        # ---- the choice -------------------------------------------------------------------
-        if not judge_choice:
-            pass  # the format profile: the library's own rule chose the byte
-        elif method == "rtn":
-            for k in first(good & (obs_delta != 0), 'HSCALE-METHOD-1'):
-                add(Finding("HSCALE-METHOD-1", f"rtn keeps the initial byte: delta expected +0 "
-                            f"observed {obs_delta[k]:+d}", where(k), kind="rtn"))
-        else:
-            out = good & ((obs_delta < -D) | (obs_delta > U))
-            for k in first(out, 'HSCALE-WIN-1'):
-                add(Finding("HSCALE-WIN-1", f"scale byte {_h(obs_byte[k])} is outside the window "
-                            f"of initial byte {_h(base[k])}: delta {obs_delta[k]:+d} not in "
-                            f"[-{D}, +{U}] (K={K}, U={U})", where(k), kind="window"))
-            check = good & ~out
-            floor = np.full(base.shape, FIRST)
-            if "no-subnormal-scales" in allow:
-                floor = np.where((obs_byte >= FIRST_NORMAL) & (base >= FIRST_NORMAL),
-                                 FIRST_NORMAL, FIRST)
-            cand = np.clip(base[:, None] + np.array(prio)[None, :], floor[:, None], LAST)
-            scale = sg * SCALE_VALUES[cand]  # (Gc, K)
-            cand_codes = element_codes(w[:, None, :], scale[:, :, None])
-            E = objective(w[:, None, :], h[:, None, :], cand_codes, scale[:, :, None])
-            best = np.argmin(E, axis=1)  # first minimum: the tie rule
-            e_min = E[np.arange(len(best)), best]
-            e_obs = objective(w, h, element_codes(w, sg * SCALE_VALUES[obs_byte.clip(0, LAST)][:, None]),
-                              sg * SCALE_VALUES[obs_byte.clip(0, LAST)][:, None])
-            best_byte = cand[np.arange(len(best)), best]
-            if strict:
-                wrong = check & (obs_byte != best_byte)
-            else:
-                s0 = pairwise(h * (w * w))
-                tol = objective_tolerance(e_min, s0)
-                wrong = check & ~(e_obs <= e_min + tol)
-                cert.tolerance_uses += int(np.count_nonzero(check & ~wrong & (e_obs > e_min)))
-            for k in np.concatenate([first(wrong & (e_obs == e_min), 'HSCALE-ARGMIN-1'),
-                                    first(wrong & (e_obs != e_min), 'HSCALE-OBJ-1')]):
-                tie = e_obs[k] == e_min[k]
-                clause = "HSCALE-ARGMIN-1" if tie else "HSCALE-OBJ-1"
-                d_best = int(best_byte[k] - base[k])
-                text = (f"scale byte expected {_h(best_byte[k])} (delta {d_best:+d}, E = "
-                        f"{_e(e_min[k])}) observed {_h(obs_byte[k])} (delta {obs_delta[k]:+d}, "
-                        f"E = {_e(e_obs[k])})")
-                if tie:
-                    text += ("; equal objectives: the tie rule keeps the earlier candidate in "
-                             "the priority order 0, +1, -1, +2, -2, ...")
-                elif not strict:
-                    text += f"; beyond the faithful tolerance {tol[k]:.3g} of the window minimum"
-                else:
-                    text += "; the observed byte does not minimise the fp64 objective"
-                add(Finding(clause, text, where(k), kind="choice"))
 
-        # ---- codes at the chosen byte (NVFP4-E2M1-2/3) ------------------------------------
-        s_obs = sg * SCALE_VALUES[np.clip(obs_byte, FIRST, LAST)]
-        # With s_g and the E4M3 scale both powers of two, 1/s and |w| * (1/s) are exact in any
-        # order of fp32 arithmetic: a reciprocal multiply rounds no differently there.
-        exact_reciprocal = (_power_of_two(sg)
-                            & _power_of_two(SCALE_VALUES[np.clip(obs_byte, FIRST, LAST)]))
-        sign_only = zero | as_zero
-        want = np.where(sign_only[:, None], np.signbit(w).astype(np.uint8) << 3,
-                        element_codes(w, s_obs[:, None]))
-        bad = (obs_codes != want) & (good | sign_only)[:, None]
-        if bad.any():
-            _judge_codes(bad, w, want, obs_codes, s_obs, sign_only, near_band, allow, cert, add,
-                         where, max(64, limit), exact_reciprocal)
+def _judge_element_codes(judge: _Judge, chunk: _Chunk, sg: float, good, sign_only) -> None:
+    """NVFP4-E2M1-2 / E2M1-3 (and a zero group's codes, NVFP4-ZERO-1): every code the
+    rounding of |w| / s at the byte actually chosen, its sign w's."""
+    w, obs_byte = chunk.w, chunk.bytes
+    s_obs = sg * SCALE_VALUES[np.clip(obs_byte, FIRST, LAST)]
+    # With s_g and the E4M3 scale both powers of two, 1/s and |w| * (1/s) are exact in any
+    # order of fp32 arithmetic: a reciprocal multiply rounds no differently there.
+    exact_reciprocal = (_power_of_two(sg)
+                        & _power_of_two(SCALE_VALUES[np.clip(obs_byte, FIRST, LAST)]))
+    want = np.where(sign_only[:, None], np.signbit(w).astype(np.uint8) << 3,
+                    element_codes(w, s_obs[:, None]))
+    bad = (chunk.codes != want) & (good | sign_only)[:, None]
+    if bad.any():
+        near_band = NEAR if ({"reciprocal-multiply", "reciprocal-global-scale"} & judge.allow) else 0.0
+        _judge_codes(bad, w, want, chunk.codes, s_obs, sign_only, near_band, judge.allow,
+                     judge.cert, judge.add, chunk.where, max(64, judge.limit), exact_reciprocal)
 
-    # ---- NVFP4-PACK-1 ---------------------------------------------------------------------
-    if packed is not None:
-        c = np.asarray(codes).astype(np.uint8)
-        want_packed = (c[:, 0::2] & 0xF) | ((c[:, 1::2] & 0xF) << 4)
-        diff = np.argwhere(np.asarray(packed) != want_packed)
-        for r, b in diff[:limit]:
-            add(Finding("NVFP4-PACK-1", f"packed byte [{r}, {b}] expected {_h(want_packed[r, b])} "
-                        f"(code[{2 * b}] | code[{2 * b + 1}] << 4) observed "
-                        f"{_h(np.asarray(packed)[r, b])}", (int(r), int(b) // 8), kind="pack"))
-    return cert
+
+def _judge_packing(judge: _Judge, codes, packed) -> None:
+    """NVFP4-PACK-1: the packed bytes are the codes, element 2i in the low nibble."""
+    c = np.asarray(codes).astype(np.uint8)
+    want_packed = (c[:, 0::2] & 0xF) | ((c[:, 1::2] & 0xF) << 4)
+    diff = np.argwhere(np.asarray(packed) != want_packed)
+    for r, b in diff[:judge.limit]:
+        judge.add(Finding("NVFP4-PACK-1", f"packed byte [{r}, {b}] expected {_h(want_packed[r, b])} "
+                          f"(code[{2 * b}] | code[{2 * b + 1}] << 4) observed "
+                          f"{_h(np.asarray(packed)[r, b])}", (int(r), int(b) // 8), kind="pack"))
 
 
 def _acceptable_initial(w, gmax, sg, init, implied, c0, band, allow, cert):

@@ -1,6 +1,7 @@
 """An exact-arithmetic oracle (``fractions.Fraction``) for small cases.
 
-Nothing here uses the reference or numpy arithmetic. Every rule is evaluated on rationals:
+Nothing here uses the reference's rules (only numbers of its ``constants``: the E2M1 grid, the
+smallest normal fp32) or numpy arithmetic. Every rule is evaluated on rationals:
 
 - E4M3 and E2M1 rounding by searching the value tables for the nearest value (ties to the
   even code / byte), not by thresholds;
@@ -19,7 +20,9 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-MAGNITUDES = [Fraction(v) for v in ("0", "1/2", "1", "3/2", "2", "3", "4", "6")]
+from hscale.reference.constants import E2M1_MAGNITUDES, FP32_SMALLEST_NORMAL
+
+MAGNITUDES = [Fraction(v) for v in E2M1_MAGNITUDES]
 
 
 def _e4m3(byte: int) -> Fraction:
@@ -28,7 +31,7 @@ def _e4m3(byte: int) -> Fraction:
 
 
 SCALE_VALUES = [_e4m3(b) for b in range(127)]  # 0x00 .. 0x7E
-FP32_MIN_NORMAL = Fraction(1, 2 ** 126)
+FP32_MIN_NORMAL = Fraction(FP32_SMALLEST_NORMAL)
 
 
 def nearest_index(x: Fraction, table: list[Fraction]) -> int:

@@ -1,0 +1,239 @@
+"""The kinds of NVFP4 implementation the suite certifies, in ONE table.
+
+A backend (docs/backends.md) declares which kinds it implements with ``kinds``, a frozenset
+drawn from :data:`KINDS` (absent: ``{"weight"}``, so every weight quantizer written before
+kinds existed keeps working unchanged). Each row of the table says what a kind means:
+
+- ``clause_prefixes``: the clauses of docs/spec.md it judges (by ID prefix). Every clause
+  belongs to at most one kind; a suite test of a kind is marked ``@pytest.mark.clause(...)``
+  with clauses of that kind only, and is skipped, with the reason, on a backend that does not
+  declare the kind (``conformance/plugin.py``);
+- ``methods``: the protocol methods a backend of the kind must provide;
+- ``declarations``: what it must declare (a recipe, an accumulation model), each with the
+  values it may take; the certificate records them per kind;
+- ``description``: one line, for the docs, the certificate and ``hscale conform``.
+
+Adding a kind is one row here plus its tests (marked with its clauses) and its spec section.
+The clauses of no kind are listed here too (:data:`JUDGED_ELSEWHERE`), with where they are
+judged instead: the checkpoint layouts by ``hscale check``, the calibration of a W4A4 activation
+scale on a calibration pass. So for every clause this module says who judges it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from hscale.backends import CAPABILITIES
+from hscale.reference.activations import ACTIVATION_RECIPES, GLOBAL_SCALE_MODES
+
+from .activation_domain import ACTIVATION_DTYPE_NAMES, ACTIVATION_LAYOUTS, SCALE_CONVENTIONS
+
+from .gemm import declaration_json
+
+#: The gemm kind's declarations (read and checked by ``hscale.judge.gemm``).
+GEMM_DECLARATIONS = (
+    ("gemm_model", "its accumulation model: a preset (fp32, fp16, ...) or a mapping of the "
+                   "accumulator, rounding and global-scale placement (NVFP4-GEMM-4, -5)"),
+    ("gemm_out_dtypes", "the output dtypes it produces (default float32; NVFP4-GEMM-6)"),
+    ("gemm_activations", "its first operand: nvfp4 (default), or the activations of a "
+                         "weight-only kernel: float32, bfloat16, float16, q8_0 (NVFP4-GEMM-8)"),
+    ("gemm_scale_layout", "the layout it reads scale bytes in: row-major (default) or "
+                          "swizzled-128x4 (NVFP4-GEMM-2)"),
+    ("gemm_shape_multiple", "(M, N, K) its shapes must be multiples of (default (1, 1, 16))"),
+)
+
+#: A backend that declares no kinds is a weight quantizer.
+DEFAULT_KINDS = frozenset({"weight"})
+#: The clauses no kind judges (no quantize call of any kind shows them), and where they are
+#: judged instead.
+JUDGED_ELSEWHERE = {
+    **{f"NVFP4-CKPT-{k}": "a checkpoint layout, judged on checkpoints by hscale check"
+       for k in range(1, 5)},
+    "NVFP4-GGUF-1": "a checkpoint layout (GGUF), judged on checkpoints by hscale check",
+    "HSCALE-CAL-2": "the calibration of a W4A4 activation scale, judged on a calibration pass "
+                    "(hscale quantize --scheme w4a4), not on a quantize call",
+    "NVFP4-ACT-4": "the decoded activation: it follows from the scale bytes and codes judged "
+                   "(NVFP4-DEQ-1's rule); no kernel returns it",
+}
+
+
+#: The default of a declaration that has none: the backend must declare it.
+REQUIRED = None
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """An attribute a backend of a kind sets: ``attribute`` its name, ``meaning`` one line,
+    ``choices`` the values it may take (a callable giving them, so that a table row can name
+    values defined elsewhere), ``many``: a set of them (``capabilities``) rather than one,
+    ``default``: the value of a backend that does not set it (None: it must)."""
+
+    attribute: str
+    meaning: str
+    choices: Callable[[], tuple] | None = None
+    many: bool = False
+    default: object = REQUIRED
+    #: reads and checks the declaration itself, defaults included: ``reader(backend, label)``
+    #: returns the value the certificate records, or raises a ValueError naming it
+    reader: Callable | None = None
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    def read(self, backend, label: str):
+        """The declared value, checked: a ValueError names the attribute, what it holds and
+        what it may hold."""
+        if self.reader is not None:
+            return self.reader(backend, label)
+        if not hasattr(backend, self.attribute):
+            if not self.required:
+                return sorted(self.default) if self.many else self.default
+            raise ValueError(f"{label}: declares no {self.attribute!r} ({self.meaning})"
+                             + self._allowed())
+        value = getattr(backend, self.attribute)
+        allowed = None if self.choices is None else tuple(self.choices())
+        if self.many:
+            if isinstance(value, str) or not hasattr(value, "__iter__"):
+                raise ValueError(f"{label}: {self.attribute} = {value!r}: a set of names"
+                                 + self._allowed())
+            unknown = sorted(str(v) for v in value if allowed is not None and v not in allowed)
+            if unknown:
+                raise ValueError(f"{label}: {self.attribute}: unknown {unknown}" + self._allowed())
+            if not value:
+                raise ValueError(f"{label}: {self.attribute}: an empty set" + self._allowed())
+            return sorted(str(v) for v in value)
+        if allowed is not None and value not in allowed:
+            raise ValueError(f"{label}: {self.attribute} = {value!r}" + self._allowed())
+        return value
+
+    def _allowed(self) -> str:
+        return "" if self.choices is None else f"; one of {', '.join(self.choices())}"
+
+
+def _gemm_reader(attribute: str) -> Callable:
+    return lambda backend, label: declaration_json(backend, attribute, label)
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    description: str
+    clause_prefixes: tuple[str, ...]
+    methods: tuple[str, ...]
+    declarations: tuple[Declaration, ...] = field(default=())
+
+    def judges(self, clause: str) -> bool:
+        return clause.startswith(self.clause_prefixes) and clause not in JUDGED_ELSEWHERE
+
+    def clauses(self) -> list[str]:
+        """The clause IDs of docs/spec.md this kind judges, in spec order."""
+        from .clauses import clause_ids
+        return [c for c in clause_ids() if self.judges(c)]
+
+
+KINDS: dict[str, Kind] = {k.name: k for k in (
+    Kind("weight",
+         "an offline weight quantizer: quantize(weight, h, ...) returns E2M1 codes, E4M3 scale "
+         "bytes and the fp32 global scale (docs/spec.md sections 1-6)",
+         ("NVFP4-E2M1-", "NVFP4-E4M3-", "NVFP4-GS-", "NVFP4-INIT-", "NVFP4-ZERO-",
+          "NVFP4-PACK-", "NVFP4-DEQ-", "NVFP4-IN-", "HSCALE-"),
+         ("quantize",),
+         (Declaration("capabilities", "the methods and inits it implements",
+                      lambda: tuple(sorted(CAPABILITIES)), many=True),)),
+    Kind("gemm",
+         "a block-scaled GEMM: gemm(a, b, out_dtype=...) returns a @ b^T of two NVFP4 tensors, "
+         "or of activations and an NVFP4 weight, under the accumulation model it declares "
+         "(docs/spec.md section 10)",
+         ("NVFP4-GEMM-",),
+         ("gemm",),
+         tuple(Declaration(attribute, meaning, reader=_gemm_reader(attribute))
+               for attribute, meaning in GEMM_DECLARATIONS)),
+    Kind("activation",
+         "a run-time activation quantizer: quantize_activations(x, global_scale) returns the "
+         "codes and scale bytes an engine feeds its FP4 matmul (docs/spec.md section 8)",
+         ("NVFP4-ACT-",),
+         ("quantize_activations",),
+         (Declaration("activation_recipe", "the field's recipe it follows (NVFP4-ACT-5)",
+                      lambda: ACTIVATION_RECIPES),
+          Declaration("activation_global_scale", "how it gets the global scale: given (static) "
+                      "or computed from the tensor (dynamic), NVFP4-ACT-1",
+                      lambda: GLOBAL_SCALE_MODES, many=True, default=("static",)),
+          Declaration("activation_scale_convention", "what the global scale it takes and "
+                      "returns is: the quantization multiplier g (divisor) or a = 1/g "
+                      "(multiplier), NVFP4-ACT-1", lambda: SCALE_CONVENTIONS, default="divisor"),
+          Declaration("activation_scale_layout", "how it lays out the scale bytes, NVFP4-ACT-10",
+                      lambda: ACTIVATION_LAYOUTS, default="row-major"),
+          Declaration("activation_dtypes", "the input dtypes it takes, NVFP4-ACT-11",
+                      lambda: ACTIVATION_DTYPE_NAMES, many=True,
+                      default=ACTIVATION_DTYPE_NAMES))),
+)}
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What a backend declared, checked: its kinds, and per kind the value of each of the
+    kind's declarations (``{"activation": {"activation_recipe": "fast-math"}}``)."""
+
+    kinds: frozenset
+    declarations: dict
+
+    def as_json(self) -> dict:
+        return {kind: dict(self.declarations[kind]) for kind in sorted(self.kinds)}
+
+    def describe(self, kind: str) -> str:
+        """``activation_recipe fast-math`` (what the kind's declarations hold)."""
+        return "; ".join(f"{attribute} {shown(value)}"
+                         for attribute, value in self.declarations[kind].items())
+
+
+def shown(value) -> str:
+    """A declared value in one line: a list joined, a mapping by its description."""
+    if isinstance(value, dict):
+        return str(value.get("description", value))
+    return ", ".join(str(v) for v in value) if isinstance(value, list) else str(value)
+
+
+def declared_kinds(backend, label: str = "backend") -> Declared:
+    """The kinds ``backend`` declares and, for each, its declarations, checked against the
+    table: a ValueError names the kind, the method or attribute missing, or the value that is
+    not allowed."""
+    kinds = getattr(backend, "kinds", None)
+    if kinds is None:
+        kinds = DEFAULT_KINDS
+    if isinstance(kinds, str) or not hasattr(kinds, "__iter__") or not kinds:
+        raise ValueError(f"{label}: kinds = {kinds!r}: a non-empty set drawn from "
+                         f"{', '.join(KINDS)}")
+    unknown = sorted(str(k) for k in kinds if k not in KINDS)
+    if unknown:
+        raise ValueError(f"{label}: kinds: unknown {unknown}; the suite certifies "
+                         f"{', '.join(KINDS)}")
+    declarations = {}
+    for name in (k for k in KINDS if k in kinds):
+        kind = KINDS[name]
+        missing = [m for m in kind.methods if not callable(getattr(backend, m, None))]
+        if missing:
+            raise ValueError(f"{label}: declares the kind {name!r} but has no "
+                             f"{', '.join(missing)}() (docs/backends.md, kind {name!r})")
+        declarations[name] = {d.attribute: d.read(backend, f"{label} (kind {name!r})")
+                              for d in kind.declarations}
+    return Declared(frozenset(kinds), declarations)
+
+
+def kind_of_clause(clause: str) -> str | None:
+    """The kind that judges ``clause`` (None: a clause of no kind)."""
+    for kind in KINDS.values():
+        if kind.judges(clause):
+            return kind.name
+    return None
+
+
+def kind_of_test(clauses) -> str | None:
+    """The kind of a suite test from its clause markers: the one kind they all belong to (None
+    for a test of no kind's clauses). A ValueError when they span kinds."""
+    found = {kind_of_clause(c) for c in clauses} - {None}
+    if len(found) > 1:
+        raise ValueError(f"a test's clauses {list(clauses)} belong to the kinds "
+                         f"{sorted(found)}: a suite test judges one kind")
+    return next(iter(found), None)
