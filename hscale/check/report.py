@@ -186,8 +186,7 @@ def format_report(report: CheckReport, all_layers: bool = False) -> str:
         row += "  " + (", ".join(f"{c} x{n}" for c, n in clauses.items()) or "-")
         lines.append(row)
     if len(listed) < len(report.layers):
-        lines.append(f"({len(report.layers) - len(listed)} more layers, exact and without "
-                     "findings, not listed; --all lists them)")
+        lines.append(_unlisted(report.layers, listed))
     lines.append(_totals_line(report, totals))
     if totals["consistency"]:
         figures = totals["consistency"]
@@ -215,6 +214,18 @@ def format_report(report: CheckReport, all_layers: bool = False) -> str:
                  f"does not conform: {plural(totals['findings'], 'finding')}, about "
                  + " and ".join(where))
     return "\n".join(lines)
+
+
+def _unlisted(layers: list, listed: list) -> str:
+    """The line standing for the layers the table leaves out, saying what they are as their
+    rows would (format ok, exact): all without findings."""
+    shown = {id(layer) for layer in listed}
+    verdicts = Counter(_verdict_text(layer) for layer in layers if id(layer) not in shown)
+    count = sum(verdicts.values())
+    what = " and ".join(f"{n} {verdict}" if len(verdicts) > 1 else verdict
+                        for verdict, n in verdicts.items())
+    return (f"({plural(count, 'more layer')}, {what}, without findings, not listed; --all "
+            "lists them)")
 
 
 def _verdict_text(layer: LayerResult) -> str:
