@@ -136,6 +136,13 @@ SPEC_CONTENTS = {
                                                 "NVFP4-ACT-4", "NVFP4-GGUF-1", "HSCALE-BLOCK-1",
                                                 "NVFP4-IN-6", "HSCALE-CAL-2", "NVFP4-CKPT-4"},
             "allowances": set(SPEC_1_0_ALLOWANCES) | {"supplied-reciprocal"}},
+    # 1.5: the containers a checkpoint reader validates (NVFP4-CKPT-5, NVFP4-GGUF-2) and a
+    # checkpoint against its own config (NVFP4-CKPT-6)
+    "1.5": {"clauses": set(SPEC_1_0_CLAUSES) | {"NVFP4-ACT-1", "NVFP4-ACT-2", "NVFP4-ACT-3",
+                                                "NVFP4-ACT-4", "NVFP4-GGUF-1", "HSCALE-BLOCK-1",
+                                                "NVFP4-IN-6", "HSCALE-CAL-2", "NVFP4-CKPT-4",
+                                                "NVFP4-CKPT-5", "NVFP4-CKPT-6", "NVFP4-GGUF-2"},
+            "allowances": set(SPEC_1_0_ALLOWANCES) | {"supplied-reciprocal"}},
 }
 
 
