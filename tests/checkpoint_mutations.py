@@ -24,6 +24,7 @@ import random
 import shutil
 import socket
 import struct
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -337,24 +338,17 @@ def _(d, rng):
     return f"{path.name}: {name}'s shape no longer its size"
 
 
-def _same_size_pair(path: Path, rng):
-    header = json.loads(raw_header(path)[0])
-    header.pop("__metadata__", None)
-    by_size: dict = {}
-    for name, entry in header.items():
-        begin, end = entry["data_offsets"]
-        by_size.setdefault(end - begin, []).append(name)
-    pairs = [names for size, names in by_size.items() if len(names) > 1 and size > 0]
-    names = rng.choice(pairs)
-    return rng.sample(names, 2)
-
-
 @mutation("offsets-shared", needs_any=SAFETENSORS)
 def _(d, rng):
-    path = _a_file(d, rng)
-    first, second = _same_size_pair(path, rng)
-    edit_header(path, lambda h: h[second].__setitem__("data_offsets",
-                                                      list(h[first]["data_offsets"])))
+    """One tensor's data placed on another's first bytes (its own length kept)."""
+    path = rng.choice([p for p in weight_files(d) if len(tensor_names(p)) > 1])
+    first, second = rng.sample(tensor_names(path), 2)
+
+    def share(h):
+        begin, end = h[second]["data_offsets"]
+        start = h[first]["data_offsets"][0]
+        h[second]["data_offsets"] = [start, start + end - begin]
+    edit_header(path, share)
     return f"{path.name}: {second} on {first}'s bytes"
 
 
@@ -491,9 +485,12 @@ def _(d, rng):
         os.mkfifo(target)
     elif what == "device":
         os.symlink("/dev/zero", target)
-    elif what == "socket":
+    elif what == "socket":  # bound at a short path (AF_UNIX allows 108 bytes), moved in
+        short = Path(tempfile.mkdtemp(prefix="s", dir="/tmp")) / "s"
         with socket.socket(socket.AF_UNIX) as s:
-            s.bind(str(target))
+            s.bind(str(short))
+        os.rename(short, target)
+        short.parent.rmdir()
     else:
         target.mkdir()
     if "sharded" in _tags_of(d):  # listed, so that a loader would read it
