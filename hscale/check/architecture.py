@@ -34,6 +34,9 @@ class DeclaredModel:
     matmuls: dict  # checkpoint module -> (out, in): every Linear and every expert's matrix
     tied: dict = field(default_factory=dict)  # head module -> the tensor it shares
     shapes: dict = field(default_factory=dict)  # every tensor save_pretrained writes -> shape
+    #: Stored names a loader of this architecture drops without a word: its buffers (which it
+    #: computes itself, as BERT's position_ids) and its class's keys to ignore on load.
+    ignorable: tuple = ()
 
 
 def declared_model(checkpoint: Path, model) -> DeclaredModel:
@@ -49,7 +52,11 @@ def declared_model(checkpoint: Path, model) -> DeclaredModel:
     else:
         meta, source = _meta_from_gguf(model)
         found = inventory(checkpoint, meta)
-    return DeclaredModel(source, found.matmuls(), dict(found.tied), saved_tensor_shapes(meta))
+    buffers = [re.escape(name) for name, owner in found.owners.items()
+               if owner.startswith("buffer ")]
+    ignored_keys = list(getattr(meta, "_keys_to_ignore_on_load_unexpected", None) or [])
+    return DeclaredModel(source, found.matmuls(), dict(found.tied), saved_tensor_shapes(meta),
+                         tuple(f"^{b}$" for b in buffers) + tuple(ignored_keys))
 
 
 def _meta_from_directory(directory: Path):
@@ -164,7 +171,8 @@ def unknown_tensors(declared: DeclaredModel, detected, model, modules: dict) -> 
     known = set(declared.shapes) | {f"{m}.weight" for m in declared.matmuls}
     for module in modules:
         known.update(detected.layout.tensor_names(module).values())
-    unknown = [name for name in model.info if name not in known]
+    unknown = [name for name in model.info if name not in known
+               and not any(re.search(pattern, name) for pattern in declared.ignorable)]
     scales = [name for name in unknown if name.endswith(RUN_TIME_SCALES)]
     others = [name for name in unknown if name not in scales]
     problems = [Problem(name, Finding(CLAUSE, f"stored, but {declared.source} has no such "

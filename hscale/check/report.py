@@ -20,6 +20,8 @@ TABLE_ALL_LAYERS = 40
 
 #: Findings shown per tensor and clause; the rest are counted.
 SHOWN = 3
+#: Tensors whose findings are shown per clause; the others' are counted.
+TENSORS_SHOWN = 10
 
 
 @dataclass
@@ -256,12 +258,25 @@ def _totals_line(report: CheckReport, totals: dict) -> str:
 
 
 def _render_problems(problems: list) -> list:
-    """Each tensor's findings, the first SHOWN of each clause, then how many more."""
+    """Each tensor's findings, the first SHOWN of each clause, then how many more; and no more
+    than TENSORS_SHOWN tensors per clause, the others counted in one line (one cause, a config
+    declaring another hidden size, can break every layer alike: the JSON lists them all)."""
     lines = []
     shown: Counter = Counter()
     hidden: Counter = Counter()
+    tensors: dict = {}  # clause -> the tensors its listed findings name, in order
+    beyond: dict = {}  # clause -> [findings, tensors] not listed for having too many tensors
     for problem in problems:
-        key = (problem.tensor, problem.finding.clause)
+        clause, tensor = problem.finding.clause, problem.tensor
+        named = tensors.setdefault(clause, [])
+        if tensor not in named and len(named) >= TENSORS_SHOWN:
+            more = beyond.setdefault(clause, [0, set()])
+            more[0] += problem.count
+            more[1].add(tensor)
+            continue
+        if tensor not in named:
+            named.append(tensor)
+        key = (tensor, clause)
         if problem.finding.kind == "count":
             hidden[key] += int(problem.finding.observed)
             continue
@@ -272,6 +287,9 @@ def _render_problems(problems: list) -> list:
             hidden[key] += 1
     for (tensor, clause), count in hidden.items():
         lines.append(f"  {tensor}: [{clause}] ... and {count} more")
+    for clause, (count, others) in beyond.items():
+        lines.append(f"  [{clause}] ... and {plural(count, 'more finding')} about "
+                     f"{plural(len(others), 'other tensor')} (--json lists every one)")
     return lines
 
 
