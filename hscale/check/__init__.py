@@ -2,8 +2,12 @@
 
 Two depths (docs/checkpoints.md, "Checking a checkpoint"):
 
-* **The file alone** (structure and format). The format is detected from the configs
-  (``hscale.checkpoints.detect_format``); every quantized Linear must have its three tensors with
+* **The file alone** (structure and format). Every file is validated before it is trusted (the
+  containers and the shard index, NVFP4-CKPT-5, NVFP4-GGUF-2; a file that breaks them is refused
+  in one line). The format is detected from the configs (``hscale.checkpoints.detect_format``),
+  and the checkpoint is judged against the model its config declares (``architecture``,
+  NVFP4-CKPT-6: every Linear quantized completely or ignored, nothing else quantized, every
+  other tensor present with its shape); every quantized Linear must have its three tensors with
   the layout's names, dtypes and shapes (NVFP4-CKPT-1, -2: packed ``(out, in/2)`` uint8, scale
   bytes ``(out, in/16)`` float8_e4m3fn, the global scale float32); the config must say 4-bit
   floats in groups of 16, and its ignore / exclude list must agree with what is stored; every

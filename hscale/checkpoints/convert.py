@@ -33,9 +33,16 @@ rounding of its old value times the ratio of the scales (NVFP4-E4M3-2), each cod
 of the decoded weight at that byte (NVFP4-E2M1-2); how many bytes, codes and weights changed is
 reported per layer.
 
+A GGUF file converts too (NVFP4-GGUF-1): its multiplier ``.scale`` is a ModelOpt-like global
+scale, and config.json and the tokenizer come from its metadata (``convert_configs``).
+
 The output is written like ``hscale quantize``'s: tensor by tensor into a hidden directory
 beside DST, checked (every layer decoded from the output and compared with the source), and
-renamed when complete.
+renamed when complete. With ``check`` (``hscale.check.conversion.ConversionCheck``, which the
+command passes), the source is first checked exactly as ``hscale check`` checks it and refused
+unless it conforms (but for fused sets' different global scales, which the conversion repairs),
+and the output is checked the same way before it is renamed and must check as its source did.
+The source is only ever read.
 """
 
 from __future__ import annotations
