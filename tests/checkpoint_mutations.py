@@ -5,8 +5,8 @@ GGUF's container as llama.cpp's gguf.cpp reads it), not through the readers unde
 tests/test_checkpoint_validation.py use them).
 
 The bases are the kit's own outputs of every layout (``bases``): compressed-tensors and
-ModelOpt, W4A16 and W4A4, one file and sharded, dense and MoE, and GGUF (Qwen3, and Llama with
-its rope-permuted rows). A mutation edits a copy of one: the safetensors container (header
+ModelOpt, W4A16 and W4A4, one file and sharded, decoders dense and MoE and the bundled MiniLM (an
+encoder, with a buffer stored), and GGUF (Qwen3, and Llama with its rope-permuted rows). A mutation edits a copy of one: the safetensors container (header
 entries, offsets, names, metadata, lengths, trailing bytes, what lies in the directory), the
 shard index, the configs (every field of the quantization config, config.json's shape of the
 model), the tensors (removed, renamed, retyped, reshaped, added; bad global and activation
@@ -50,9 +50,16 @@ def bases(root: Path, checkpoints: dict) -> dict[str, Base]:
     from llm_families import written
     root = Path(root)
     made = {"ct": Base("ct", checkpoints["compressed-tensors"],
-                       frozenset({"ct", "single"}), "modelopt"),
+                       frozenset({"ct", "single", "head"}), "modelopt"),
             "modelopt": Base("modelopt", checkpoints["modelopt"],
-                             frozenset({"modelopt", "single"}), "compressed-tensors")}
+                             frozenset({"modelopt", "single", "head"}), "compressed-tensors")}
+    minilm = root / "minilm-modelopt"  # BERT: an encoder, its buffers stored, no head
+    if not minilm.exists():
+        from hscale.models import minilm_model_dir
+        quantize_model(model_dir=str(minilm_model_dir()), out=str(minilm), format="modelopt",
+                       pipeline="rtn", method="rtn", progress=False)
+    made["minilm-modelopt"] = Base("minilm-modelopt", minilm, frozenset({"modelopt", "single"}),
+                                   "compressed-tensors")
     llama = written(root, "llama")
     for fmt, tag, to in (("compressed-tensors", "ct", "modelopt"),
                          ("modelopt", "modelopt", "compressed-tensors")):
@@ -61,13 +68,15 @@ def bases(root: Path, checkpoints: dict) -> dict[str, Base]:
             quantize_model(model_dir=str(llama), out=str(out), format=fmt, scheme="w4a4",
                            pipeline="rtn", method="rtn", samples=2, seq_len=64,
                            progress=False)
-        made[f"w4a4-{tag}"] = Base(f"w4a4-{tag}", out, frozenset({tag, "w4a4", "single"}), to)
+        made[f"w4a4-{tag}"] = Base(f"w4a4-{tag}", out,
+                                   frozenset({tag, "w4a4", "single", "head"}), to)
     moe = root / "moe-ct"
     if not moe.exists():
         quantize_model(model_dir=str(written(root, "qwen3_moe")), out=str(moe),
                        format="compressed-tensors", pipeline="rtn", method="rtn",
                        max_shard_bytes=200_000, progress=False)
-    made["moe-ct"] = Base("moe-ct", moe, frozenset({"ct", "sharded", "moe"}), "modelopt")
+    made["moe-ct"] = Base("moe-ct", moe, frozenset({"ct", "sharded", "moe", "head"}),
+                          "modelopt")
     gguf_out = root / "tiny.gguf"
     if not gguf_out.exists():
         convert_to_gguf(checkpoints["compressed-tensors"], gguf_out)
@@ -650,7 +659,7 @@ def _(d, rng):
     return f"{key} names {module}"
 
 
-@mutation("ignore-drops-an-unquantized-linear", needs_any=SAFETENSORS)
+@mutation("ignore-drops-an-unquantized-linear", needs=("head",), needs_any=SAFETENSORS)
 def _(d, rng):
     tag = layout_tag_of(d)
     path, quant, save = quantization_config(d)
@@ -901,7 +910,10 @@ def _(d, rng):
 @mutation("fused-set-split", needs_any=SAFETENSORS, repaired_by_convert=True)
 def _(d, rng):
     tag = layout_tag_of(d)
-    path, name = file_holding(d, "k_proj" + GLOBAL_SUFFIX[tag], rng)
+    member = rng.choice([m for m in ("k_proj", "self.key", "up_proj")
+                         if any(n.endswith(m + GLOBAL_SUFFIX[tag]) for p in weight_files(d)
+                                for n in tensor_names(p))])
+    path, name = file_holding(d, member + GLOBAL_SUFFIX[tag], rng)
 
     def edit(t):
         t[name] = t[name] * 2  # the same codes and bytes under another s_g

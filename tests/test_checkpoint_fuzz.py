@@ -1,6 +1,6 @@
 """The checkpoint fuzzer: seeded mutations of the kit's own outputs of every layout
-(compressed-tensors and ModelOpt, W4A16 and W4A4, one file and sharded, dense and MoE, GGUF
-Qwen3 and Llama; tests/checkpoint_mutations.py) through ``hscale check`` and ``hscale convert``:
+(compressed-tensors and ModelOpt, W4A16 and W4A4, one file and sharded, dense and MoE, MiniLM,
+GGUF Qwen3 and Llama; tests/checkpoint_mutations.py) through ``hscale check`` and ``hscale convert``:
 no traceback, no hang, no "conforms" on a mutation that breaks the checkpoint (and no refusal of
 a benign one), no exit-2 line that names no file, no change to the input, nothing left behind by
 a failed conversion, and every conversion's output checking as its source did.

@@ -174,7 +174,9 @@ def convert_checkpoint(source, destination, *, to: str, force: bool = False,
         if meta is not None:
             report.notes += gguf_side_files(source, output.path, meta)
         else:
-            copy_side_files(source, output.path)
+            left = copy_side_files(source, output.path)
+            if left:
+                report.notes.append(f"not carried from {source}: {', '.join(left)}")
         report.notes += rewrite_configs(output.path, detected, target, model, plans, meta)
         for layer in _verify(output.path, model, plans, layout, target):
             report.layers.append(layer)

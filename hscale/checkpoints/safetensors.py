@@ -328,13 +328,22 @@ class ShardWriter:
         return weight_map
 
 
-def copy_side_files(source: Path, destination: Path):
+def copy_side_files(source: Path, destination: Path) -> list[str]:
     """Every file and folder of a model directory except its weights (tokenizer, configs,
-    sentence-transformers modules, README), unchanged."""
-    for entry in Path(source).iterdir():
-        if entry.name.startswith(".") or WEIGHT_FILE.match(entry.name):
+    sentence-transformers modules, README), unchanged; returns the names it did not copy and
+    why, for the caller to report (hidden entries such as a download cache, and weights in
+    other formats, which the output's own safetensors replace)."""
+    left = []
+    for entry in sorted(Path(source).iterdir()):
+        if entry.name.startswith("."):
+            left.append(f"{entry.name} (hidden)")
+            continue
+        if WEIGHT_FILE.match(entry.name):
+            if not entry.name.endswith((".safetensors", INDEX_SUFFIX)):
+                left.append(f"{entry.name} (weights in another format)")
             continue
         if entry.is_dir():
             shutil.copytree(entry, destination / entry.name)
         else:
             shutil.copy2(entry, destination / entry.name)
+    return left
