@@ -361,17 +361,21 @@ def _(d, rng):
     return f"{path.name}: {second} on {first}'s bytes"
 
 
+def _moved(path: Path, name: str, shift) -> None:
+    """``name``'s data_offsets moved by ``shift(begin)`` bytes (its length kept)."""
+    def move(h):
+        begin, end = h[name]["data_offsets"]
+        by = shift(begin)
+        h[name]["data_offsets"] = [begin + by, end + by]
+    edit_header(path, move)
+
+
 @mutation("offsets-into-header", needs_any=SAFETENSORS)
 def _(d, rng):
     path = _a_file(d, rng)
     name = _an_entry(path, rng)
     text, _ = raw_header(path)
-
-    def back(h):
-        begin, end = h[name]["data_offsets"]
-        shift = begin + rng.randint(1, len(text))
-        h[name]["data_offsets"] = [begin - shift, end - shift]
-    edit_header(path, back)
+    _moved(path, name, lambda begin: -begin - rng.randint(1, len(text)))
     return f"{path.name}: {name} moved before the data (negative offsets)"
 
 
@@ -380,11 +384,7 @@ def _(d, rng):
     path = _a_file(d, rng)
     name = _an_entry(path, rng)
     shift = rng.choice([1, 2, 4, 8, 16, 64, 4096])
-
-    def move(h):
-        begin, end = h[name]["data_offsets"]
-        h[name]["data_offsets"] = [begin + shift, end + shift]
-    edit_header(path, move)
+    _moved(path, name, lambda begin: shift)
     return f"{path.name}: {name} shifted by {shift} bytes"
 
 
@@ -523,54 +523,46 @@ def _(d, rng):
     return f"{d.name}: replaced by a {what}"
 
 
+def _weight_map(d: Path) -> tuple[Path, dict]:
+    """(the index, its weight_map) of a sharded checkpoint."""
+    index = d / "model.safetensors.index.json"
+    return index, json.loads(index.read_text())["weight_map"]
+
+
 @mutation("index-omits-a-shard", needs=("sharded",))
 def _(d, rng):
-    index = d / "model.safetensors.index.json"
-    document = json.loads(index.read_text())
-    shard = rng.choice(sorted(set(document["weight_map"].values())))
-    document["weight_map"] = {k: v for k, v in document["weight_map"].items() if v != shard}
-    index.write_text(json.dumps(document))
+    index, weight_map = _weight_map(d)
+    shard = rng.choice(sorted(set(weight_map.values())))
+    edit_json(index, lambda doc: doc.__setitem__(
+        "weight_map", {k: v for k, v in weight_map.items() if v != shard}))
     return f"index without {shard}'s tensors"
 
 
 @mutation("index-wrong-type", needs=("sharded",))
 def _(d, rng):
-    index = d / "model.safetensors.index.json"
-    document = json.loads(index.read_text())
-    choice = rng.randrange(5)
-    if choice == 0:
-        document["weight_map"] = rng.choice([[], "x", None, 3])
-    elif choice == 1:
-        document = rng.choice([None, [], "index"])
-    elif choice == 2:
-        name = rng.choice(list(document["weight_map"]))
-        document["weight_map"][name] = rng.choice([1, None, ["a"], "../model.safetensors",
-                                                   "sub/model.safetensors", ""])
-    elif choice == 3:
-        document.pop("weight_map")
-    else:
-        index.write_text("{" + index.read_text())
-        return "index not JSON"
-    index.write_text(json.dumps(document))
-    return f"index of the wrong type ({choice})"
+    index, weight_map = _weight_map(d)
+    name = rng.choice(list(weight_map))
+    bad_file = rng.choice([1, None, ["a"], "../model.safetensors", "sub/model.safetensors", ""])
+    text = rng.choice([json.dumps({"weight_map": rng.choice([[], "x", None, 3])}),
+                       rng.choice(["null", "[]", '"index"']),
+                       json.dumps({"weight_map": {**weight_map, name: bad_file}}),
+                       json.dumps({"metadata": {"total_size": 1}}),
+                       "{" + index.read_text()])
+    index.write_text(text)
+    return f"index: {text[:60]}"
 
 
 @mutation("index-wrong-shard", needs=("sharded",))
 def _(d, rng):
-    index = d / "model.safetensors.index.json"
-    document = json.loads(index.read_text())
-    shards = sorted(set(document["weight_map"].values()))
-    name = rng.choice(list(document["weight_map"]))
+    index, weight_map = _weight_map(d)
+    shards = sorted(set(weight_map.values()))
+    name = rng.choice(list(weight_map))
     choice = rng.randrange(3)
-    if choice == 0:
-        document["weight_map"][name] = rng.choice([s for s in shards
-                                                   if s != document["weight_map"][name]])
-    elif choice == 1:
-        document["weight_map"]["model.layers.0.not_a_tensor.weight"] = rng.choice(shards)
-    else:
-        document["weight_map"][name] = "model-99999-of-00004.safetensors"
-    index.write_text(json.dumps(document))
-    return f"index maps {name} elsewhere ({choice})"
+    key, value = [(name, rng.choice([s for s in shards if s != weight_map[name]])),
+                  ("model.layers.0.not_a_tensor.weight", rng.choice(shards)),
+                  (name, "model-99999-of-00004.safetensors")][choice]
+    edit_json(index, lambda doc: doc["weight_map"].__setitem__(key, value))
+    return f"index maps {key} to {value}"
 
 
 @mutation("unlisted-shard", needs=("sharded",))
