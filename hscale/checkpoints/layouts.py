@@ -151,6 +151,13 @@ class CompressedTensors(Layout):
         return problems, notes
 
     def quantizes_more_than_weights(self, detected):
+        for name, group in config_groups(detected.config, detected.config_name).items():
+            inputs = group["input_activations"]
+            if inputs is not None and _argument_findings(name, "input_activations", inputs,
+                                                         CT_NVFP4_INPUTS, ""):
+                return f"config group {name!r} quantizes activations (not as NVFP4 W4A4)"
+            if group["output_activations"] is not None:
+                return f"config group {name!r} quantizes output activations"
         if detected.config.get("kv_cache_scheme"):
             return "a kv_cache_scheme quantizes the KV cache"
         return None

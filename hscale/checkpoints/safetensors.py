@@ -112,6 +112,7 @@ class SafetensorsModel:
         listed = {path.name for path in files}
         for path in sorted(self.directory.glob("*.safetensors")):
             if path.name not in listed and not path.name.startswith("consolidated"):
+                require_regular(path)  # a FIFO or a device is said to be one
                 raise CheckpointError(f"{path}: a safetensors file that {index.name} does not "
                                       "list: a loader never reads it, so its tensors are "
                                       "missing from the model (spec NVFP4-CKPT-5)")
