@@ -467,8 +467,9 @@ def _(d, rng):
     path = _a_file(d, rng)
     text, data = raw_header(path)
     at = rng.choice([i for i, c in enumerate(text) if c in '{}[]:,"'])
-    write_raw(path, text[:at] + rng.choice(["", "#", "{", "]"]) + text[at + 1:], data)
-    return f"{path.name}: JSON broken at {at}"
+    instead = rng.choice([c for c in ("", "#", "{", "]") if c != text[at]])
+    write_raw(path, text[:at] + instead + text[at + 1:], data)
+    return f"{path.name}: JSON broken at {at} ({text[at]!r} -> {instead!r})"
 
 
 @mutation("metadata-not-strings", needs_any=SAFETENSORS)
