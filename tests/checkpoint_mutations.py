@@ -1116,10 +1116,11 @@ def _(d, rng):
 def _(d, rng):
     layout = gguf_layout(d)
     name, _info, dims_at, n_dims, _type, _off = rng.choice(layout["tensors"])
-    (first,) = struct.unpack_from("<Q", d.read_bytes(), dims_at)
-    patch(d, dims_at + 8 * rng.randrange(n_dims),
-          struct.pack("<Q", rng.choice([first * 2, first + 64, 0, 2 ** 40])))
-    return f"{name}'s dimensions changed"
+    which = rng.randrange(n_dims)
+    (dim,) = struct.unpack_from("<Q", d.read_bytes(), dims_at + 8 * which)
+    value = rng.choice([dim * 2, dim + 64, 0, 2 ** 40]) or (0 if dim else 64)
+    patch(d, dims_at + 8 * which, struct.pack("<Q", value))
+    return f"{name}'s dimension {which}: {dim} -> {value}"
 
 
 @mutation("gguf-tensor-renamed", needs=("gguf",))
