@@ -2,8 +2,12 @@
 
 Two depths (docs/checkpoints.md, "Checking a checkpoint"):
 
-* **The file alone** (structure and format). The format is detected from the configs
-  (``hscale.checkpoints.detect_format``); every quantized Linear must have its three tensors with
+* **The file alone** (structure and format). Every file is validated before it is trusted (the
+  containers and the shard index, NVFP4-CKPT-5, NVFP4-GGUF-2; a file that breaks them is refused
+  in one line). The format is detected from the configs (``hscale.checkpoints.detect_format``),
+  and the checkpoint is judged against the model its config declares (``architecture``,
+  NVFP4-CKPT-6: every Linear quantized completely or ignored, nothing else quantized, every
+  other tensor present with its shape); every quantized Linear must have its three tensors with
   the layout's names, dtypes and shapes (NVFP4-CKPT-1, -2: packed ``(out, in/2)`` uint8, scale
   bytes ``(out, in/16)`` float8_e4m3fn, the global scale float32); the config must say 4-bit
   floats in groups of 16, and its ignore / exclude list must agree with what is stored; every
@@ -38,10 +42,15 @@ from pathlib import Path
 import numpy as np
 
 from hscale.checkpoints import CheckpointError, SafetensorsModel, open_checkpoint
+from hscale.checkpoints.inputs import ConfigDoesNotBuild
 from hscale.models.architecture import fused_sets
 
+from hscale.judge.findings import Finding
+
+from .architecture import CLAUSE as ARCHITECTURE_CLAUSE
+from .architecture import architecture_problems, declared_model, unknown_tensors
 from .rederive import classify_layer
-from .report import CheckReport, LayerResult, format_report, write_report
+from .report import CheckReport, LayerResult, Problem, format_report, write_report
 from .structure import config_problems, fused_set_problems, plausibility_problems, read_layer
 
 __all__ = ["CheckReport", "check_checkpoint", "format_report", "write_report"]
@@ -68,11 +77,8 @@ def check_checkpoint(checkpoint, original=None, hessian=None, backend="auto",
     source = _open_original(original, modules) if original else None
     hessians = _open_hessians(hessian, modules) if hessian else None
 
-    linears, why_not = _architecture(checkpoint)
-    if linears is None:
-        report.notes.append(f"the model's architecture could not be built ({why_not}): shapes "
-                            "are checked against the packed codes, and Linears stored "
-                            "unquantized are not looked for")
+    declared = _declared(checkpoint, detected, model, modules, report)
+    linears = declared.matmuls if declared is not None else None
     problems, notes = config_problems(detected, model, modules, linears, checkpoint)
     report.problems += problems
     report.notes += notes
@@ -128,15 +134,30 @@ def _open_hessians(hessian, modules) -> SafetensorsModel:
     return hessians
 
 
-def _architecture(directory: Path):
-    """({module: (out, in)} of every nn.Linear of the model's architecture, None) or (None, why)."""
-    if not directory.is_dir():
-        return None, "a GGUF file carries no config.json"
+def _declared(checkpoint: Path, detected, model, modules, report: CheckReport):
+    """The model the checkpoint's config declares, its tensors judged against it
+    (NVFP4-CKPT-6); None, with a note saying why, when no architecture can be built from the
+    config (one transformers does not know): shapes are then checked against the packed codes
+    alone."""
     try:
-        from hscale.models.architecture import architecture_linears
-        return architecture_linears(directory), ""
-    except Exception as exc:  # noqa: BLE001 - any failure: the check goes on without it
-        return None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        declared = declared_model(checkpoint, model)
+    except ConfigDoesNotBuild as exc:
+        report.problems.append(Problem(detected.config_name, Finding(
+            ARCHITECTURE_CLAUSE, str(exc), kind="architecture")))
+        return None
+    except (ValueError, ImportError, OSError) as exc:
+        text = str(exc).strip().splitlines()
+        report.notes.append(f"the model's architecture could not be built "
+                            f"({text[0] if text else type(exc).__name__}): shapes are checked "
+                            "against the packed codes, and Linears stored unquantized or "
+                            "missing are not looked for")
+        return None
+    report.problems += architecture_problems(declared, detected, model, modules)
+    problems, note = unknown_tensors(declared, detected, model, modules)
+    report.problems += problems
+    if note:
+        report.notes.append(note)
+    return declared
 
 
 def _recipe_hint(directory: Path) -> tuple:

@@ -20,6 +20,8 @@ TABLE_ALL_LAYERS = 40
 
 #: Findings shown per tensor and clause; the rest are counted.
 SHOWN = 3
+#: Tensors whose findings are shown per clause; the others' are counted.
+TENSORS_SHOWN = 10
 
 
 @dataclass
@@ -186,8 +188,7 @@ def format_report(report: CheckReport, all_layers: bool = False) -> str:
         row += "  " + (", ".join(f"{c} x{n}" for c, n in clauses.items()) or "-")
         lines.append(row)
     if len(listed) < len(report.layers):
-        lines.append(f"({len(report.layers) - len(listed)} more layers, exact and without "
-                     "findings, not listed; --all lists them)")
+        lines.append(_unlisted(report.layers, listed))
     lines.append(_totals_line(report, totals))
     if totals["consistency"]:
         figures = totals["consistency"]
@@ -215,6 +216,18 @@ def format_report(report: CheckReport, all_layers: bool = False) -> str:
                  f"does not conform: {plural(totals['findings'], 'finding')}, about "
                  + " and ".join(where))
     return "\n".join(lines)
+
+
+def _unlisted(layers: list, listed: list) -> str:
+    """The line standing for the layers the table leaves out, saying what they are as their
+    rows would (format ok, exact): all without findings."""
+    shown = {id(layer) for layer in listed}
+    verdicts = Counter(_verdict_text(layer) for layer in layers if id(layer) not in shown)
+    count = sum(verdicts.values())
+    what = " and ".join(f"{n} {verdict}" if len(verdicts) > 1 else verdict
+                        for verdict, n in verdicts.items())
+    return (f"({plural(count, 'more layer')}, {what}, without findings, not listed; --all "
+            "lists them)")
 
 
 def _verdict_text(layer: LayerResult) -> str:
@@ -245,12 +258,25 @@ def _totals_line(report: CheckReport, totals: dict) -> str:
 
 
 def _render_problems(problems: list) -> list:
-    """Each tensor's findings, the first SHOWN of each clause, then how many more."""
+    """Each tensor's findings, the first SHOWN of each clause, then how many more; and no more
+    than TENSORS_SHOWN tensors per clause, the others counted in one line (one cause, a config
+    declaring another hidden size, can break every layer alike: the JSON lists them all)."""
     lines = []
     shown: Counter = Counter()
     hidden: Counter = Counter()
+    tensors: dict = {}  # clause -> the tensors its listed findings name, in order
+    beyond: dict = {}  # clause -> [findings, tensors] not listed for having too many tensors
     for problem in problems:
-        key = (problem.tensor, problem.finding.clause)
+        clause, tensor = problem.finding.clause, problem.tensor
+        named = tensors.setdefault(clause, [])
+        if tensor not in named and len(named) >= TENSORS_SHOWN:
+            more = beyond.setdefault(clause, [0, set()])
+            more[0] += problem.count
+            more[1].add(tensor)
+            continue
+        if tensor not in named:
+            named.append(tensor)
+        key = (tensor, clause)
         if problem.finding.kind == "count":
             hidden[key] += int(problem.finding.observed)
             continue
@@ -261,6 +287,9 @@ def _render_problems(problems: list) -> list:
             hidden[key] += 1
     for (tensor, clause), count in hidden.items():
         lines.append(f"  {tensor}: [{clause}] ... and {count} more")
+    for clause, (count, others) in beyond.items():
+        lines.append(f"  [{clause}] ... and {plural(count, 'more finding')} about "
+                     f"{plural(len(others), 'other tensor')} (--json lists every one)")
     return lines
 
 

@@ -36,7 +36,8 @@ IMPLAUSIBLE_DECADES = 2.0
 
 def config_problems(detected, model, modules, linears, directory: Path) -> tuple[list, list]:
     """(problems, notes): the quantization config against the layout (4-bit floats in groups
-    of 16) and its ignore / exclude list against what the checkpoint stores."""
+    of 16) and its ignore / exclude list against what the checkpoint stores (``linears``: the
+    matmuls the architecture declares, None when it could not be built)."""
     layout = detected.layout
     findings, notes = layout.config_findings(detected, model)
     problems = [Problem(detected.config_name, Finding(layout.clause, text, kind="config"))
@@ -52,7 +53,7 @@ def config_problems(detected, model, modules, linears, directory: Path) -> tuple
         if pattern is not None:
             problem(f"{module} is stored quantized, but the {word} list names it ({pattern!r}): "
                     "a loader expects it unquantized")
-    if linears is not None:
+    if linears is not None and layout.lists_unquantized:
         for module in linears:
             info = model.info.get(f"{module}.weight")
             if module in modules or info is None or info.dtype not in ("F32", "F16", "BF16"):
@@ -296,7 +297,10 @@ def _fused_input_scales(layers: list, layout: Layout) -> list:
 
 
 def _fused_global_scales(layers: list, layout: Layout) -> list:
-    stored = {layer.module: layer.stored_global_scale for layer in layers}
+    # A member whose stored value is not a usable global scale has a finding of its own
+    # (NVFP4-GS-2, -4) and means no s_g to compare: its set is not judged here.
+    stored = {layer.module: layer.stored_global_scale if layer.global_scale is not None
+              else None for layer in layers}
     problems = []
     for members, values, name in _differing_fused_sets(layers, stored):
         meaning = {m: float(layout.implied_global_scale(np.float32(v))) for m, v in values.items()}

@@ -1,12 +1,17 @@
 """NVFP4 checkpoints on disk: the one reader and writer of each layout (``hscale quantize``,
 ``hscale check``, ``hscale convert``).
 
-- ``safetensors``: the container, read lazily and written tensor by tensor (``ShardWriter``);
+- ``safetensors``: the container, read lazily and written tensor by tensor (``ShardWriter``),
+  every header (``safetensors_header``) and shard index validated before it is trusted, regular
+  files only and JSON fields typed (``inputs``) (NVFP4-CKPT-5);
 - ``layout_base``: what every layout shares (the tensor roles, ``Layout``, ``CheckpointFormat``);
 - ``layouts``: the layouts engines load, one class each (compressed-tensors, ModelOpt): tensor
   names, the global scale's convention, the quantization config (NVFP4-CKPT-1, -2);
 - ``stored``: the quantized Linears of a checkpoint as stored, and decoded (NVFP4-DEQ-1);
-- ``convert``: one layout to the other, losslessly (``hscale convert``).
+- ``convert``: one layout to the other, losslessly (``hscale convert``), its configs in
+  ``convert_configs``;
+- ``gguf``, ``gguf_container``, ``to_gguf``: llama.cpp's GGUF NVFP4, read (the container validated
+  through gguf's own reader, NVFP4-GGUF-2) and written.
 
 Everything else a model directory holds (other tensors, tokenizer, configs, sentence-transformers
 modules) is carried over unchanged. Outputs are written under a hidden temporary name and

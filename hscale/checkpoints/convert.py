@@ -33,9 +33,16 @@ rounding of its old value times the ratio of the scales (NVFP4-E4M3-2), each cod
 of the decoded weight at that byte (NVFP4-E2M1-2); how many bytes, codes and weights changed is
 reported per layer.
 
+A GGUF file converts too (NVFP4-GGUF-1): its multiplier ``.scale`` is a ModelOpt-like global
+scale, and config.json and the tokenizer come from its metadata (``convert_configs``).
+
 The output is written like ``hscale quantize``'s: tensor by tensor into a hidden directory
 beside DST, checked (every layer decoded from the output and compared with the source), and
-renamed when complete.
+renamed when complete. With ``check`` (``hscale.check.conversion.ConversionCheck``, which the
+command passes), the source is first checked exactly as ``hscale check`` checks it and refused
+unless it conforms (but for fused sets' different global scales, which the conversion repairs),
+and the output is checked the same way before it is renamed and must check as its source did.
+The source is only ever read.
 """
 
 from __future__ import annotations
@@ -51,7 +58,9 @@ from hscale.files import OutputDirectory
 from hscale.models.architecture import fused_sets
 from hscale.reference import GROUP_SIZE
 
-from .layout_base import CONVERTED_FROM, ROLE_DTYPES, Layout, reciprocals_of
+from .convert_configs import gguf_model, gguf_side_files, rewrite_configs
+from .gguf import GGUF
+from .layout_base import ROLE_DTYPES, Layout, reciprocals_of
 from .layouts import layout_named
 from .rescale import exact_byte_map, requantized
 from .safetensors import (CheckpointError, SafetensorsModel, ShardWriter, TensorInfo,
@@ -93,6 +102,7 @@ class ConversionReport:
     layers: list = field(default_factory=list)
     other_tensors: int = 0
     seconds: float = 0.0
+    notes: list = field(default_factory=list)  # what the user should know: nothing dropped silently
 
     def count(self, how: str) -> int:
         return sum(1 for layer in self.layers if layer.how == how)
@@ -116,16 +126,26 @@ class LayerPlan:
 
 
 def convert_checkpoint(source, destination, *, to: str, force: bool = False,
-                       requantize: bool = False) -> ConversionReport:
+                       requantize: bool = False, check=None) -> ConversionReport:
     """``hscale convert SOURCE DESTINATION --to FORMAT``; see the module docstring. A source
     that cannot be converted (unreadable, activation scales, layers that cannot be converted
-    exactly without ``requantize``) raises ``CheckpointError`` before anything is written."""
+    exactly without ``requantize``) raises ``CheckpointError`` before anything is written.
+    ``check`` (``hscale.check.conversion.ConversionCheck``, which the command passes) checks
+    the source first, exactly as ``hscale check`` does, refusing one that does not conform, and
+    the output before it is committed, which must check as its source did."""
     started = time.perf_counter()
     source = Path(source)
     layout_named(to)  # a wrong --to is said before the source is read
+    if check is not None:
+        check.source(source)
     detected, model, modules = open_checkpoint(source)
     layout = detected.layout
+    if getattr(model, "unread", None):
+        raise CheckpointError(f"{source}: {len(model.unread)} tensors of ggml types this command "
+                              f"does not read (first {model.unread[0]}): converting would drop "
+                              "them")
     target = layout_named(to, layout.scheme)  # W4A4 stays W4A4 (NVFP4-CKPT-4)
+    meta = gguf_model(model, source) if layout == GGUF else None
     _refuse_activation_quantization(model, detected, source, modules)
     plans = _plan_layers(model, modules, layout, target)
     _reconcile_fused_sets(plans, target)
@@ -151,10 +171,17 @@ def convert_checkpoint(source, destination, *, to: str, force: bool = False,
                              _max_shard_bytes(model), _metadata(model, plans, layout, target))
         _write_tensors(model, plans, target, writer, report)
         writer.close()
-        copy_side_files(source, output.path)
-        _rewrite_configs(output.path, detected, target, model, plans)
+        if meta is not None:
+            report.notes += gguf_side_files(source, output.path, meta)
+        else:
+            left = copy_side_files(source, output.path)
+            if left:
+                report.notes.append(f"not carried from {source}: {', '.join(left)}")
+        report.notes += rewrite_configs(output.path, detected, target, model, plans, meta)
         for layer in _verify(output.path, model, plans, layout, target):
             report.layers.append(layer)
+        if check is not None:
+            check.output(output.path, {layer.module: layer.how for layer in report.layers})
         report.seconds = time.perf_counter() - started
         (output.path / REPORT_NAME).write_text(json.dumps(asdict(report), indent=1) + "\n")
         output.commit()
@@ -431,25 +458,6 @@ def _verify(directory: Path, source, plans, layout: Layout, to: Layout) -> list:
     return layers
 
 
-def _rewrite_configs(directory: Path, detected, to: Layout, model, plans) -> None:
-    """The source layout's quantization configs replaced by the target's, the source's kept
-    under ``converted_from`` (and restored when converting back)."""
-    from hscale import __version__
-    layout = detected.layout
-    if layout.name == to.name:
-        return
-    config_path = directory / "config.json"
-    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
-    original = layout.take_original(directory, config)
-    if not to.restore(directory, config, layout.converted_from(original)):
-        modules = [n[: -len(".weight")] for n in model.names() if n.endswith(".weight")]
-        document = to.config(to.ignore_entries(detected.ignore, layout, modules, plans),
-                             __version__)
-        document[CONVERTED_FROM] = {"format": layout.name, **original}
-        to.place_config(directory, config, document)
-    config_path.write_text(json.dumps(config, indent=2) + "\n")
-
-
 def format_conversion(report: ConversionReport) -> str:
     lines = [f"{report.source} ({report.source_format}) -> {report.destination} "
              f"({report.target_format}): {len(report.layers)} quantized Linears: "
@@ -468,6 +476,7 @@ def format_conversion(report: ConversionReport) -> str:
                      f"{c['weights']} of {c['of_weights']} decoded weights (at most "
                      f"{c['max_relative_change']:.3g} relative)")
         lines.append(line)
+    lines += [f"note: {note}" for note in report.notes]
     lines.append(f"written: {report.destination} (report: "
                  f"{Path(report.destination) / REPORT_NAME})")
     return "\n".join(lines)

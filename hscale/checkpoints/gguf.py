@@ -29,6 +29,8 @@ import numpy as np
 from hscale.reference import GROUP_SIZE
 from hscale.reference.gguf_blocks import from_gguf_blocks
 
+from .gguf_container import read_gguf
+from .inputs import ConfigDoesNotBuild, open_regular
 from .layout_base import CheckpointFormat, Layout
 from .safetensors import CheckpointError, TensorInfo
 
@@ -66,11 +68,12 @@ def require_gguf():
 
 
 def is_gguf_file(path) -> bool:
-    path = Path(path)
+    """Whether ``path`` is a regular file starting with the GGUF magic (nothing else is
+    opened: a FIFO would block the open)."""
     try:
-        with open(path, "rb") as f:
-            return path.is_file() and f.read(4) == MAGIC
-    except OSError:
+        with open_regular(path) as f:
+            return f.read(4) == MAGIC
+    except (CheckpointError, OSError):
         return False
 
 
@@ -91,16 +94,23 @@ def rope_unpermute(rows: np.ndarray, n_head: int) -> np.ndarray:
             .swapaxes(1, 2).reshape(rows.shape))
 
 
-def permuted_heads(architecture: str, gguf_name: str, fields: dict) -> int | None:
-    """The head count whose rope permutation a tensor's rows carry, or None."""
+def permuted_heads_key(architecture: str, gguf_name: str, fields: dict) -> str | None:
+    """The metadata key of the head count whose rope permutation a tensor's rows carry, or
+    None."""
     if architecture not in PERMUTED_ARCHITECTURES:
         return None
     if gguf_name.endswith(".attn_q.weight"):
-        return int(fields[f"{architecture}.attention.head_count"])
+        return f"{architecture}.attention.head_count"
     if gguf_name.endswith(".attn_k.weight"):
         key = f"{architecture}.attention.head_count_kv"
-        return int(fields.get(key, fields[f"{architecture}.attention.head_count"]))
+        return key if key in fields else f"{architecture}.attention.head_count"
     return None
+
+
+def permuted_heads(architecture: str, gguf_name: str, fields: dict) -> int | None:
+    """The head count whose rope permutation a tensor's rows carry, or None."""
+    key = permuted_heads_key(architecture, gguf_name, fields)
+    return None if key is None else int(fields[key])
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,6 +130,8 @@ class GGUFLayout(Layout):
     ignore_key = "unquantized"
     #: llama.cpp keeps q, k, v (and gate, up) as separate tensors, each with its own .scale.
     one_scale_per_fused_set = False
+    #: Each tensor says its own type: a Linear stored unquantized needs no list.
+    lists_unquantized = False
 
     def detect(self, directory, config):
         return None  # a GGUF file is recognised by its magic, not by a config
@@ -159,35 +171,43 @@ class GGUFCheckpoint:
     """A GGUF file read as a checkpoint of Hugging Face-named tensors (what ``hscale check``
     reads of a ``SafetensorsModel``: ``directory``, ``info``, ``metadata``, ``names()``,
     ``array(name)``). NVFP4 tensors are decoded from their blocks (``from_gguf_blocks``), the rope
-    permutation undone; F32, F16 and BF16 tensors are given as they are."""
+    permutation undone; F32, F16 and BF16 tensors are given as they are. The container is
+    validated first (``gguf_container.read_gguf``, NVFP4-GGUF-2), and so is every value read
+    from the metadata: the names the writer recorded, the head counts of a permuted
+    architecture (NVFP4-GGUF-1)."""
 
     def __init__(self, path):
         gguf = require_gguf()
         self.directory = Path(path)
-        try:
-            reader = gguf.GGUFReader(self.directory)
-        except Exception as exc:  # noqa: BLE001 - gguf's reader fails in many ways on bad bytes
-            raise CheckpointError(f"{path}: not a readable GGUF file (truncated or corrupt: "
-                                  f"{type(exc).__name__}: {exc})") from None
-        self.fields = {key: _field_value(field) for key, field in reader.fields.items()}
+        reader, self.fields = read_gguf(gguf, self.directory)
         self.metadata: dict = {}
         self.info: dict[str, TensorInfo] = {}
+        self.file_of: dict[str, Path] = {}  # every tensor's file: this one
         self.nvfp4_tensors: list[str] = []
         self.notes: list[str] = []
         self._sources: dict = {}  # name -> (reader tensor, role, heads)
-        architecture = str(self.fields.get("general.architecture", ""))
-        hf_names = _hf_names(gguf, self.fields, reader)
+        architecture = self.fields.get("general.architecture", "")
+        if not isinstance(architecture, str):
+            raise CheckpointError(f"{path}: metadata general.architecture is "
+                                  f"{type(architecture).__name__}, not a string (spec "
+                                  "NVFP4-GGUF-2)")
+        hf_names = _hf_names(gguf, self.fields, reader, path)
         plain = {"F32": gguf.GGMLQuantizationType.F32, "F16": gguf.GGMLQuantizationType.F16,
                  "BF16": gguf.GGMLQuantizationType.BF16}
         skipped = []
+        self.unread = skipped  # "name (TYPE)" of every tensor of a type not read
         for tensor in reader.tensors:
             name = tensor.name
             shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))  # ggml ne is reversed
-            heads = permuted_heads(architecture, name, self.fields)
+            heads = self._heads(architecture, name, shape)
             if int(tensor.tensor_type) == NVFP4_TYPE:
+                if len(shape) != 2:
+                    raise CheckpointError(f"{path}: NVFP4 tensor {name!r} has shape {shape}: "
+                                          "merged MoE experts (3-D) are not read yet, only "
+                                          "2-D Linears (spec NVFP4-GGUF-1)")
                 module = hf_names.get(name, name).removesuffix(".weight")
                 self.nvfp4_tensors.append(name)
-                rows, cols = shape[0], shape[-1]
+                rows, cols = shape
                 self._add(f"{module}.weight", "U8", (rows, cols // 2), tensor, "packed", heads)
                 self._add(f"{module}.weight_scale", "F8_E4M3", (rows, cols // GROUP_SIZE),
                           tensor, "scale", heads)
@@ -205,8 +225,28 @@ class GGUFCheckpoint:
             self.notes.append(f"{len(skipped)} tensors of other ggml types are not checked "
                               f"(first {skipped[0]})")
 
+    def _heads(self, architecture: str, name: str, shape: tuple) -> int | None:
+        """The head count whose rope permutation the tensor's rows carry (None: none), checked:
+        a positive integer dividing its rows into pairs of rope halves (NVFP4-GGUF-1)."""
+        key = permuted_heads_key(architecture, name, self.fields)
+        if key is None:
+            return None
+        heads = self.fields[key]
+        rows = shape[0] if shape else 0
+        if isinstance(heads, bool) or not isinstance(heads, int) or heads <= 0 \
+                or rows % (2 * heads):
+            raise CheckpointError(f"{self.directory}: metadata {key} = {heads!r} does not split "
+                                  f"{name!r}'s {rows} rows into heads of rope pairs (a positive "
+                                  "integer dividing them by twice itself; spec NVFP4-GGUF-1)")
+        return heads
+
     def _add(self, name, dtype, shape, tensor, role, heads):
+        if name in self.info:
+            raise CheckpointError(f"{self.directory}: two tensors read as {name!r} (the names "
+                                  f"recorded in {SOURCE_TENSORS_KEY} or gguf's name map give "
+                                  "one Hugging Face name twice; spec NVFP4-GGUF-2)")
         self.info[name] = TensorInfo(name, dtype, shape)
+        self.file_of[name] = self.directory
         self._sources[name] = (tensor, role, heads)
 
     def names(self) -> list[str]:
@@ -228,6 +268,48 @@ class GGUFCheckpoint:
             data = rope_unpermute(data, heads)
         return np.ascontiguousarray(data)
 
+    def transformers_config(self) -> dict:
+        """The model's config as transformers' own GGUF reader gives it (``model_type`` and the
+        hyper-parameters, for ``AutoConfig.for_model``), with the head size llama.cpp reads
+        (``attention.key_length``), which transformers maps for some architectures only; a
+        ValueError for an architecture transformers does not read from GGUF."""
+        try:
+            from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+            parsed = load_gguf_checkpoint(str(self.directory), return_tensors=False)
+        except Exception as exc:  # noqa: BLE001 - transformers' reader: any failure, a note
+            text = str(exc).strip().splitlines()
+            raise ValueError(f"transformers reads no config from it: {type(exc).__name__}: "
+                             f"{text[0] if text else ''}") from None
+        config = {k: v for k, v in parsed["config"].items() if not k.startswith("_")}
+        architecture = self.fields.get("general.architecture")
+        head_dim = self.fields.get(f"{architecture}.attention.key_length")
+        if isinstance(head_dim, int) and not isinstance(head_dim, bool):
+            config["head_dim"] = head_dim
+        return config
+
+    def meta_model(self):
+        """The causal LM its metadata describes, built by transformers on the meta device (its
+        ``config`` has ``architectures`` set): a ValueError when transformers reads no config
+        from this file, ConfigDoesNotBuild when the values it reads do not build a model."""
+        import torch
+        import transformers
+
+        from hscale.models.loading import quiet_transformers
+        config = self.transformers_config()
+        try:
+            with quiet_transformers():
+                config = transformers.AutoConfig.for_model(**config)
+            with torch.device("meta"), quiet_transformers():
+                meta = transformers.AutoModelForCausalLM.from_config(config)
+        except Exception as exc:  # noqa: BLE001 - values the metadata gives that do not build
+            text = str(exc).strip().splitlines()
+            raise ConfigDoesNotBuild(
+                f"the GGUF metadata (general.architecture "
+                f"{self.fields.get('general.architecture')!r}) describes a model transformers "
+                f"cannot build ({type(exc).__name__}: {text[0] if text else ''})") from None
+        meta.config.architectures = [type(meta).__name__]
+        return meta
+
 
 def open_gguf(path) -> tuple[CheckpointFormat, GGUFCheckpoint, dict]:
     """(its format, its tensors, module -> {role: tensor name}) of a GGUF file, as
@@ -240,27 +322,28 @@ def open_gguf(path) -> tuple[CheckpointFormat, GGUFCheckpoint, dict]:
     return CheckpointFormat(GGUF, [], dict(model.fields), Path(path).name), model, modules
 
 
-def _field_value(field):
-    """A GGUF metadata value as Python: a string, a number, or a list of either."""
-    try:
-        value = field.contents()
-    except Exception:  # noqa: BLE001 - a value type the reader does not decode: keep its name
-        return f"<{field.types}>"
-    return value
-
-
-def _hf_names(gguf, fields: dict, reader) -> dict:
+def _hf_names(gguf, fields: dict, reader, path) -> dict:
     """GGUF tensor name -> the Hugging Face name it was converted from: as this project's
-    writer recorded it, else from gguf's tensor name map (the ``model.``-prefixed name of the
-    architecture's Hugging Face layout), else none (the GGUF name is kept)."""
-    recorded = dict(zip(fields.get(SOURCE_TENSORS_KEY) or [], fields.get(SOURCE_MODULES_KEY) or []))
-    if recorded:
-        return recorded
+    writer recorded it (two string arrays of one length, checked), else from gguf's tensor name
+    map (the ``model.``-prefixed name of the architecture's Hugging Face layout), else none
+    (the GGUF name is kept)."""
+    tensors, modules = fields.get(SOURCE_TENSORS_KEY), fields.get(SOURCE_MODULES_KEY)
+    if tensors is not None or modules is not None:
+        for key, value in ((SOURCE_TENSORS_KEY, tensors), (SOURCE_MODULES_KEY, modules)):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise CheckpointError(f"{path}: metadata {key} is not an array of strings "
+                                      "(spec NVFP4-GGUF-2)")
+        if len(tensors) != len(modules):
+            raise CheckpointError(f"{path}: metadata {SOURCE_TENSORS_KEY} names {len(tensors)} "
+                                  f"tensors, {SOURCE_MODULES_KEY} {len(modules)}: which Hugging "
+                                  "Face name belongs to which tensor is lost (spec NVFP4-GGUF-2)")
+        return dict(zip(tensors, modules))
     architecture = fields.get("general.architecture")
     arch = next((a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == architecture), None)
     if arch is None:
         return {}
-    blocks = int(fields.get(f"{architecture}.block_count", 0) or 0)
+    blocks = fields.get(f"{architecture}.block_count", 0)
+    blocks = blocks if isinstance(blocks, int) and 0 <= blocks < 1 << 16 else 0
     name_map = gguf.get_tensor_name_map(arch, blocks)
     reverse: dict = {}
     for hf, (_, gguf_name) in name_map.mapping.items():

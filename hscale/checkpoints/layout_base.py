@@ -31,6 +31,16 @@ CT_NVFP4_WEIGHTS = {"num_bits": 4, "type": "float", "strategy": "tensor_group",
 #: compressed_tensors/quantization/quant_scheme.py): NVFP4 groups of 16, computed per token at
 #: run time (``dynamic: local``) under a static calibrated ``input_global_scale``.
 CT_NVFP4_INPUTS = {**CT_NVFP4_WEIGHTS, "dynamic": "local"}
+#: What compressed-tensors reads for a QuantizationArgs key that is absent (0.19,
+#: quantization/quant_args.py).
+CT_ARGUMENT_DEFAULTS = {"num_bits": 8, "type": "int", "symmetric": True, "group_size": None,
+                        "strategy": None, "dynamic": False}
+#: compressed-tensors' NVFP4 presets (quantization/quant_scheme.py), for a config group given
+#: as a preset's name and its targets.
+CT_PRESETS = {"NVFP4A16": {"weights": {**CT_NVFP4_WEIGHTS, "dynamic": False},
+                           "input_activations": None},
+              "NVFP4": {"weights": {**CT_NVFP4_WEIGHTS, "dynamic": False},
+                        "input_activations": dict(CT_NVFP4_INPUTS)}}
 CT_FORMAT_NAME = "nvfp4-pack-quantized"
 MODELOPT_CONFIG = "hf_quant_config.json"
 # ModelOpt's names of NVFP4 weights: NVFP4 (its W4A4 recipe, activations quantized too) and
@@ -50,6 +60,10 @@ class CheckpointFormat:
     ignore: list[str] = field(default_factory=list)
     config: dict = field(default_factory=dict)
     config_name: str = "config.json"  # the file it was read from
+    #: The modules its config says are quantized (compressed-tensors' targets: a class name
+    #: such as "Linear", a module name, or "re:" a regular expression); None: every Linear
+    #: not ignored (ModelOpt, GGUF).
+    targets: list[str] | None = None
 
     @property
     def format(self) -> str:
@@ -69,6 +83,9 @@ class Layout:
     input_suffix: str  # W4A4: the suffix of each Linear's activation scale (NVFP4-CKPT-4)
     #: Engines fuse q/k/v and gate/up into one matmul with one global scale (NVFP4-CKPT-3).
     one_scale_per_fused_set = True
+    #: Its config lists the Linears left unquantized (ignore_key), so a loader expects every
+    #: other one quantized (NVFP4-CKPT-6); a GGUF file types each tensor itself.
+    lists_unquantized = True
     #: W4A4: each quantized Linear stores its input's activation scale too (role ``input``,
     #: NVFP4-CKPT-4), in the same convention and shape as its global scale.
     activations = False

@@ -24,9 +24,10 @@ from pathlib import Path
 
 from hscale.reference import GROUP_SIZE
 
-from .layout_base import (CONVERTED_FROM, CT_FORMAT_NAME, CT_NVFP4_INPUTS, CT_NVFP4_WEIGHTS,
-                          MODELOPT_CONFIG, MODELOPT_NVFP4_ALGOS, CheckpointFormat, Layout)
-from .safetensors import CheckpointError
+from .inputs import CheckpointError, field, json_type, read_json, string_list
+from .layout_base import (CONVERTED_FROM, CT_ARGUMENT_DEFAULTS, CT_FORMAT_NAME, CT_NVFP4_INPUTS,
+                          CT_NVFP4_WEIGHTS, CT_PRESETS, MODELOPT_CONFIG, MODELOPT_NVFP4_ALGOS,
+                          CheckpointFormat, Layout)
 
 
 class CompressedTensors(Layout):
@@ -70,16 +71,24 @@ class CompressedTensors(Layout):
         }
 
     def detect(self, directory, config):
-        quant = config.get("quantization_config") or {}
-        if quant.get("quant_method") != "compressed-tensors":
+        where = directory / "config.json"
+        quant = field(config, "quantization_config", (dict, type(None)), where,
+                      clause=self.clause)
+        if not quant:
+            return None
+        where = f"{where}: quantization_config"
+        if field(quant, "quant_method", (str, type(None)), where) != "compressed-tensors":
             return None
         if quant.get("format") != CT_FORMAT_NAME:
             raise CheckpointError(f"{directory / 'config.json'}: compressed-tensors format "
                                   f"{quant.get('format')!r}, not {CT_FORMAT_NAME!r} (NVFP4)")
-        w4a4 = any(_is_nvfp4_inputs(g.get("input_activations")) for g in
-                   (quant.get("config_groups") or {}).values() if isinstance(g, dict))
-        return CheckpointFormat(self.with_scheme("w4a4" if w4a4 else "w4a16"),
-                                list(quant.get("ignore") or []), quant)
+        groups = config_groups(quant, where)
+        ignore = module_patterns(quant, "ignore", where, self.clause)
+        # W4A4 when a group quantizes inputs at all: its fields are then judged against
+        # NVFP4-CKPT-4's, so a group that quantizes them otherwise is a finding, not a pass.
+        w4a4 = any(group["input_activations"] is not None for group in groups.values())
+        return CheckpointFormat(self.with_scheme("w4a4" if w4a4 else "w4a16"), ignore, quant,
+                                targets=[t for g in groups.values() for t in g["targets"]])
 
     def take_original(self, directory, config):
         return {"quantization_config": config.pop("quantization_config", None)}
@@ -97,44 +106,58 @@ class CompressedTensors(Layout):
         config["quantization_config"] = document
 
     def config_findings(self, detected, model):
+        """The quantization config against NVFP4-CKPT-1 (and -4 for W4A4): status compressed,
+        every group's weights 4-bit floats in static tensor_group groups of 16, symmetric, its
+        inputs absent or NVFP4 W4A4's, no outputs; an absent field read as compressed-tensors
+        reads it (its defaults: status initialized, 8 bits, int, symmetric, static)."""
         problems, notes = [], []
         config = detected.config
-        if config.get("quantization_status", "compressed") != "compressed":
-            problems.append(f"quantization_status {config.get('quantization_status')!r}: a "
-                            "checkpoint with packed codes says 'compressed'")
-        groups = config.get("config_groups") or {}
+        status = config.get("quantization_status")
+        if status != "compressed":
+            read_as = " (absent: compressed-tensors reads 'initialized')" if status is None else ""
+            problems.append(f"quantization_status {status!r}{read_as}: a checkpoint of packed "
+                            "codes says 'compressed' (else a loader expects weights still to "
+                            "be compressed)")
+        groups = config_groups(config, detected.config_name)
         if not groups:
             problems.append("quantization_config has no config_groups: nothing says the "
                             "weights are NVFP4")
         for name, group in groups.items():
-            weights = (group or {}).get("weights") if isinstance(group, dict) else None
-            if not weights:
+            if not group["targets"]:
+                problems.append(f"config group {name!r} targets nothing")
+            weights = group["weights"]
+            if weights is None:
                 problems.append(f"config group {name!r} has no weights quantization")
                 continue
-            for key, value in CT_NVFP4_WEIGHTS.items():
-                if weights.get(key) != value:
-                    problems.append(f"config group {name!r}: weights {key} "
-                                    f"{weights.get(key)!r}, NVFP4 is {value!r}")
-            if group.get("format") not in (None, CT_FORMAT_NAME):
-                problems.append(f"config group {name!r}: format {group.get('format')!r}, not "
+            problems += _argument_findings(name, "weights", weights,
+                                           {**CT_NVFP4_WEIGHTS, "dynamic": False},
+                                           "NVFP4 is")
+            if group["format"] not in (None, CT_FORMAT_NAME):
+                problems.append(f"config group {name!r}: format {group['format']!r}, not "
                                 f"{CT_FORMAT_NAME!r}")
-            inputs = group.get("input_activations")
-            if inputs and self.activations:
-                for key, value in CT_NVFP4_INPUTS.items():
-                    if inputs.get(key) != value:
-                        problems.append(f"config group {name!r}: input_activations {key} "
-                                        f"{inputs.get(key)!r}, NVFP4 W4A4 is {value!r} "
-                                        "(NVFP4-CKPT-4)")
-            elif inputs:
-                notes.append(f"config group {name!r} quantizes activations too: only the "
-                             "weights are checked")
+            if group["input_activations"] is not None:
+                problems += _argument_findings(name, "input_activations",
+                                               group["input_activations"], CT_NVFP4_INPUTS,
+                                               "NVFP4 W4A4 (NVFP4-CKPT-4) is")
+            elif self.activations:
+                problems.append(f"config group {name!r} quantizes no inputs, where the other "
+                                "groups quantize them (NVFP4-CKPT-4)")
+            if group["output_activations"] is not None:
+                problems.append(f"config group {name!r} quantizes output_activations: an NVFP4 "
+                                "checkpoint quantizes weights (and for W4A4 inputs), which is "
+                                "all a loader of nvfp4-pack-quantized reads")
+        if config.get("kv_cache_scheme"):
+            notes.append("a kv_cache_scheme quantizes the KV cache: not judged here")
         return problems, notes
 
     def quantizes_more_than_weights(self, detected):
-        for name, group in (detected.config.get("config_groups") or {}).items():
-            if isinstance(group, dict) and group.get("input_activations") and not (
-                    self.activations and _is_nvfp4_inputs(group["input_activations"])):
+        for name, group in config_groups(detected.config, detected.config_name).items():
+            inputs = group["input_activations"]
+            if inputs is not None and _argument_findings(name, "input_activations", inputs,
+                                                         CT_NVFP4_INPUTS, ""):
                 return f"config group {name!r} quantizes activations (not as NVFP4 W4A4)"
+            if group["output_activations"] is not None:
+                return f"config group {name!r} quantizes output activations"
         if detected.config.get("kv_cache_scheme"):
             return "a kv_cache_scheme quantizes the KV cache"
         return None
@@ -175,27 +198,40 @@ class ModelOpt(Layout):
 
     def detect(self, directory, config):
         path = directory / MODELOPT_CONFIG
-        if path.is_file():
-            try:
-                document = json.loads(path.read_text())
-            except (OSError, ValueError) as exc:
-                raise CheckpointError(f"{path}: unreadable ({exc})") from None
-            quant = document.get("quantization") or {}
-            if quant.get("quant_algo") not in MODELOPT_NVFP4_ALGOS:
-                raise CheckpointError(f"{path}: quant_algo {quant.get('quant_algo')!r}, not one "
-                                      f"of {', '.join(MODELOPT_NVFP4_ALGOS)}")
-            return CheckpointFormat(self._for_algo(quant.get("quant_algo")),
-                                    list(quant.get("exclude_modules") or []), document,
-                                    MODELOPT_CONFIG)
-        quant = config.get("quantization_config") or {}
-        if quant.get("quant_method") != "modelopt":
+        if path.exists():
+            document = read_json(path)
+            quant = self.quantization(document, path)
+            return CheckpointFormat(self._for_algo(self._algo(quant, path)),
+                                    module_patterns(quant, "exclude_modules",
+                                                    f"{path}: quantization", self.clause),
+                                    document, MODELOPT_CONFIG)
+        where = directory / "config.json"
+        quant = field(config, "quantization_config", (dict, type(None)), where,
+                      clause=self.clause)
+        if not quant or field(quant, "quant_method", (str, type(None)),
+                              f"{where}: quantization_config") != "modelopt":
             return None
-        if quant.get("quant_algo") not in MODELOPT_NVFP4_ALGOS:
-            raise CheckpointError(f"{directory / 'config.json'}: modelopt quant_algo "
-                                  f"{quant.get('quant_algo')!r}, not one of "
+        return CheckpointFormat(self._for_algo(self._algo(quant, where)),
+                                module_patterns(quant, "exclude_modules",
+                                                f"{where}: quantization_config", self.clause),
+                                quant)
+
+    def quantization(self, document, where) -> dict:
+        """The quantization settings of a ModelOpt config: hf_quant_config.json's
+        ``quantization`` object, or config.json's ``quantization_config`` itself."""
+        if isinstance(document, dict) and "quant_method" in document:
+            return document
+        quant = field(document, "quantization", dict, where, clause=self.clause)
+        if quant is None:
+            raise CheckpointError(f"{where}: has no quantization object (spec {self.clause})")
+        return quant
+
+    def _algo(self, quant: dict, where) -> str:
+        algo = quant.get("quant_algo")
+        if algo not in MODELOPT_NVFP4_ALGOS:
+            raise CheckpointError(f"{where}: quant_algo {algo!r}, not one of "
                                   f"{', '.join(MODELOPT_NVFP4_ALGOS)}")
-        return CheckpointFormat(self._for_algo(quant.get("quant_algo")),
-                                list(quant.get("exclude_modules") or []), quant)
+        return algo
 
     def _for_algo(self, algo) -> "Layout":
         """``NVFP4`` is ModelOpt's W4A4 (an ``input_scale`` per Linear, NVFP4-CKPT-4)."""
@@ -228,19 +264,23 @@ class ModelOpt(Layout):
 
     def config_findings(self, detected, model):
         problems, notes = [], []
-        quant = detected.config.get("quantization", detected.config)
-        if quant.get("group_size") != GROUP_SIZE:
-            problems.append(f"group_size {quant.get('group_size')!r}, NVFP4 is {GROUP_SIZE}")
+        quant = self.quantization(detected.config, detected.config_name)
+        group_size = quant.get("group_size")
+        if group_size != GROUP_SIZE or type(group_size) is not int:
+            problems.append(f"group_size {group_size!r}, NVFP4 is {GROUP_SIZE}")
         if quant.get("quant_algo") == "NVFP4" and not any(
                 name.endswith(".input_scale") for name in model.info):
             problems.append(f"{detected.config_name} says quant_algo NVFP4, ModelOpt's W4A4 "
                             "recipe, but no input_scale tensors are stored: a loader that "
                             "quantizes activations finds no scales for them (NVFP4-CKPT-4; "
                             "ModelOpt names weights-only NVFP4 W4A16_NVFP4)")
+        if quant.get("kv_cache_quant_algo"):
+            notes.append(f"kv_cache_quant_algo {quant['kv_cache_quant_algo']!r} quantizes the KV "
+                         "cache: not judged here")
         return problems, notes
 
     def quantizes_more_than_weights(self, detected):
-        if (detected.config.get("quantization") or detected.config).get("kv_cache_quant_algo"):
+        if self.quantization(detected.config, detected.config_name).get("kv_cache_quant_algo"):
             return "kv_cache_quant_algo is set: the KV cache is quantized"
         return None
 
@@ -256,11 +296,61 @@ class ModelOpt(Layout):
         return list(dict.fromkeys(out))
 
 
-def _is_nvfp4_inputs(inputs) -> bool:
-    """Whether a compressed-tensors ``input_activations`` entry says NVFP4 groups of 16 (the
-    preset ``NVFP4``'s): 4-bit floats, tensor_group (vLLM's ``_is_fp4a4_nvfp4`` reads no more)."""
-    return isinstance(inputs, dict) and all(inputs.get(k) == CT_NVFP4_WEIGHTS[k] for k in
-                                            ("num_bits", "type", "strategy", "group_size"))
+def config_groups(quant: dict, where) -> dict:
+    """name -> {targets, weights, input_activations, output_activations, format} of a
+    compressed-tensors ``config_groups``, their JSON types checked (a wrong one is a
+    CheckpointError naming the field); a group given as a preset's name and its targets
+    (``"NVFP4A16": ["Linear"]``) is the preset's scheme."""
+    groups = field(quant, "config_groups", (dict, type(None)), where) or {}
+    out = {}
+    for name, group in groups.items():
+        place = f"{where}.config_groups.{name}"
+        if isinstance(group, list):  # compressed-tensors' preset form: name -> targets
+            preset = CT_PRESETS.get(name)
+            targets = module_patterns({"targets": group}, "targets", place)
+            out[name] = {"targets": targets, "format": None, "output_activations": None,
+                         **(preset or {"weights": {"preset": name}, "input_activations": None})}
+            continue
+        if not isinstance(group, dict):
+            raise CheckpointError(f"{place}: is {json_type(group)}, where a quantization scheme "
+                                  "(an object) or a list of targets belongs")
+        out[name] = {"targets": module_patterns(group, "targets", place),
+                     "format": group.get("format")}
+        for key in ("weights", "input_activations", "output_activations"):
+            out[name][key] = field(group, key, (dict, type(None)), place)
+    return out
+
+
+def module_patterns(document: dict, key: str, where, clause: str = "") -> list[str]:
+    """A list of module names or patterns (an ignore list, targets): strings, each ``re:``
+    entry a regular expression Python compiles."""
+    patterns = string_list(document, key, where, clause)
+    for i, pattern in enumerate(patterns):
+        if pattern.startswith("re:"):
+            try:
+                re.compile(pattern[3:])
+            except re.error as exc:
+                raise CheckpointError(f"{where}: {key}[{i}] {pattern!r} is not a regular "
+                                      f"expression ({exc})") from None
+    return patterns
+
+
+def _argument_findings(group: str, role: str, arguments: dict, wanted: dict,
+                       says: str) -> list[str]:
+    """A compressed-tensors QuantizationArgs against ``wanted``, an absent key read as
+    compressed-tensors reads it (CT_ARGUMENT_DEFAULTS); a value of another JSON type than the
+    wanted one (``"16"`` for 16, ``1`` for true) is a finding too."""
+    problems = []
+    if "preset" in arguments:
+        return [f"config group {group!r}: the preset {arguments['preset']!r}, which is not "
+                "NVFP4's (NVFP4A16 or NVFP4)"]
+    for key, value in wanted.items():
+        found = arguments.get(key, CT_ARGUMENT_DEFAULTS.get(key))
+        if found != value or type(found) is not type(value):
+            absent = f" (absent: read as {found!r})" if key not in arguments else ""
+            problems.append(f"config group {group!r}: {role} {key} {arguments.get(key)!r}"
+                            f"{absent}, {says} {value!r}")
+    return problems
 
 
 #: Every layout, by name: the choices of ``--format`` and ``--to``.
@@ -283,11 +373,11 @@ def detect_format(directory) -> CheckpointFormat:
     directory = Path(directory)
     config_path = directory / "config.json"
     config = {}
-    if config_path.is_file():
-        try:
-            config = json.loads(config_path.read_text())
-        except (OSError, ValueError) as exc:
-            raise CheckpointError(f"{config_path}: unreadable ({exc})") from None
+    if config_path.exists():
+        config = read_json(config_path)
+        if not isinstance(config, dict):
+            raise CheckpointError(f"{config_path}: is {json_type(config)}, where a model's "
+                                  "config (a JSON object) belongs")
     for layout in LAYOUTS.values():
         detected = layout.detect(directory, config)
         if detected is not None:

@@ -1,7 +1,9 @@
 """safetensors, the container of every checkpoint the project reads and writes.
 
-Headers are read at once and data tensor by tensor, with plain reads (not a memory map, whose
-pages would stay in the process's resident set as a whole model streams by). Writing streams:
+Headers are read at once, each validated before it is trusted (``safetensors_header``), a
+sharded set against its index; data is read tensor by tensor, with plain reads (not a memory
+map, whose pages would stay in the process's resident set as a whole model streams by), of
+regular files only (NVFP4-CKPT-5). Writing streams:
 the layout of every output shard (names, dtypes, shapes, offsets) is planned from the tensors'
 descriptions before any data is read, so each tensor is read, converted and written once, in
 order, and memory holds one tensor at a time, never a shard (``ShardWriter``).
@@ -15,10 +17,12 @@ import os
 import re
 import shutil
 import struct
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from .inputs import CheckpointError, field, open_regular, read_json, require_regular
+from .safetensors_header import ITEM_BYTES, TensorInfo, read_header
 
 INDEX_SUFFIX = ".safetensors.index.json"
 DEFAULT_MAX_SHARD_BYTES = 2 << 30
@@ -32,81 +36,24 @@ DTYPE_CODES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bf
                "I32": "int32", "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32",
                "U16": "uint16", "U8": "uint8", "BOOL": "bool"}
 
-ITEM_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8,
-              "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1}
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be read or written as asked: says which file and why."""
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """A tensor as a safetensors header describes it (``offsets``: its data's begin and end
-    in the file; None for a tensor still to be written)."""
-
-    name: str
-    dtype: str  # safetensors code: F32, BF16, U8, F8_E4M3, ...
-    shape: tuple[int, ...]
-    offsets: tuple[int, int] | None = None
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * ITEM_BYTES[self.dtype]
-
-
-def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict, int]:
-    """(tensors, metadata, offset of the data) of one safetensors file, from its header."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(8)
-            if len(raw) != 8:
-                raise CheckpointError(f"{path}: not a safetensors file (shorter than 8 bytes)")
-            (size,) = struct.unpack("<Q", raw)
-            if size > 100 << 20:
-                raise CheckpointError(f"{path}: not a safetensors file (header of {size} bytes)")
-            header = json.loads(f.read(size))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: cannot read its safetensors header ({exc})") from None
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{path}: not a safetensors file (its header is not a JSON object)")
-    metadata = header.pop("__metadata__", {}) or {}
-    tensors = {}
-    for name, entry in header.items():
-        if entry.get("dtype") not in ITEM_BYTES:
-            raise CheckpointError(f"{path}: tensor {name!r} has dtype {entry.get('dtype')!r}, "
-                                  "which this tool does not read")
-        begin, end = (8 + size + int(o) for o in entry["data_offsets"])
-        info = TensorInfo(name, entry["dtype"], tuple(int(d) for d in entry["shape"]),
-                          (begin, end))
-        if end - begin != info.nbytes:
-            raise CheckpointError(f"{path}: tensor {name!r} takes {end - begin} bytes, its "
-                                  f"dtype and shape say {info.nbytes}")
-        tensors[name] = info
-    # A truncated file (an interrupted download or copy) is refused here, before any tensor is
-    # read, rather than when the first tensor past its end is.
-    data_end = max((info.offsets[1] for info in tensors.values()), default=8 + size)
-    file_size = path.stat().st_size
-    if file_size < data_end:
-        raise CheckpointError(f"{path}: truncated: {file_size} bytes, its header says the data "
-                              f"ends at byte {data_end}")
-    return tensors, metadata, 8 + size
-
 
 class SafetensorsModel:
-    """The tensors of a model directory (one ``*.safetensors`` file or a sharded set with its
-    index), or of one ``.safetensors`` file, read lazily: headers at once, data tensor by tensor
+    """The tensors of a model directory (one ``*.safetensors`` file, or the shards its index
+    lists), or of one ``.safetensors`` file, read lazily: headers at once, data tensor by tensor
     with plain reads (not a memory map, whose pages would stay in the process's resident set as
-    a whole model streams by)."""
+    a whole model streams by). Every header is validated (``read_header``) and a sharded set
+    against its index (``_check_index``) before anything is read: NVFP4-CKPT-5."""
 
     def __init__(self, directory):
         self.directory = Path(directory)
-        if self.directory.is_file():
-            self.files = [self.directory]
-        elif not self.directory.is_dir():
-            raise CheckpointError(f"{self.directory}: no such directory")
-        else:
+        self.index: Path | None = None
+        self.weight_map: dict[str, str] = {}
+        if self.directory.is_dir():
             self.files = self._weight_files()
+        elif self.directory.exists():
+            self.files = [require_regular(self.directory)]
+        else:
+            raise CheckpointError(f"{self.directory}: no such directory")
         self.metadata: dict = {}  # the first file's __metadata__
         self.info: dict[str, TensorInfo] = {}
         self.file_of: dict[str, Path] = {}
@@ -116,22 +63,21 @@ class SafetensorsModel:
                 self.metadata = dict(metadata)
             for name, info in tensors.items():
                 if name in self.info:
-                    raise CheckpointError(f"{path}: tensor {name!r} also in {self.file_of[name]}")
+                    raise CheckpointError(f"{path}: tensor {name!r} also in {self.file_of[name]} "
+                                          "(spec NVFP4-CKPT-5)")
                 self.info[name] = info
                 self.file_of[name] = path
+        if self.index is not None:
+            self._check_index()
 
     def _weight_files(self) -> list[Path]:
         indexes = sorted(self.directory.glob("*" + INDEX_SUFFIX))
+        if len(indexes) > 1:
+            raise CheckpointError(f"{self.directory}: two shard indexes, {indexes[0].name} and "
+                                  f"{indexes[1].name}: which shards make the model is ambiguous "
+                                  "(spec NVFP4-CKPT-5)")
         if indexes:
-            try:
-                weight_map = json.loads(indexes[0].read_text())["weight_map"]
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise CheckpointError(f"{indexes[0]}: unreadable index ({exc})") from None
-            files = [self.directory / name for name in dict.fromkeys(weight_map.values())]
-            missing = [f for f in files if not f.is_file()]
-            if missing:
-                raise CheckpointError(f"{indexes[0]}: lists {missing[0].name}, which is missing")
-            return files
+            return self._indexed_files(indexes[0])
         files = sorted(self.directory.glob("*.safetensors"))
         if not files:
             others = sorted(p.name for p in self.directory.iterdir() if WEIGHT_FILE.match(p.name))
@@ -139,6 +85,55 @@ class SafetensorsModel:
                     if others else "")
             raise CheckpointError(f"{self.directory}: no safetensors weights{hint}")
         return files
+
+    def _indexed_files(self, index: Path) -> list[Path]:
+        """The shards ``index`` lists, in order, after checking its ``weight_map`` (an object of
+        tensor name -> file name in this directory), that each is a regular file, and that no
+        other safetensors file lies beside them (a loader reads only the listed shards, so the
+        tensors of an unlisted one would be silently missing). Mistral's
+        ``consolidated.safetensors`` (its own format, which loaders of the sharded one skip) is
+        the exception."""
+        document = read_json(index)
+        weight_map = field(document, "weight_map", dict, index, clause="NVFP4-CKPT-5")
+        if weight_map is None:
+            raise CheckpointError(f"{index}: has no weight_map (spec NVFP4-CKPT-5)")
+        for name, file_name in weight_map.items():
+            if not isinstance(file_name, str) or file_name in ("", ".", "..") \
+                    or "/" in file_name or "\\" in file_name:
+                raise CheckpointError(f"{index}: weight_map[{name!r}] is {json.dumps(file_name)}, "
+                                      "where the name of a shard in this directory belongs (spec "
+                                      "NVFP4-CKPT-5)")
+        self.index, self.weight_map = index, dict(weight_map)
+        files = [self.directory / name for name in dict.fromkeys(weight_map.values())]
+        for path in files:
+            if not path.exists():
+                raise CheckpointError(f"{index}: lists {path.name}, which is missing")
+            require_regular(path)
+        listed = {path.name for path in files}
+        for path in sorted(self.directory.glob("*.safetensors")):
+            if path.name not in listed and not path.name.startswith("consolidated"):
+                require_regular(path)  # a FIFO or a device is said to be one
+                raise CheckpointError(f"{path}: a safetensors file that {index.name} does not "
+                                      "list: a loader never reads it, so its tensors are "
+                                      "missing from the model (spec NVFP4-CKPT-5)")
+        return files
+
+    def _check_index(self) -> None:
+        """Every tensor the index maps is in the shard it names, and every tensor of every shard
+        is mapped to that shard (NVFP4-CKPT-5)."""
+        for name, file_name in self.weight_map.items():
+            if name not in self.info:
+                raise CheckpointError(f"{self.index}: maps {name!r} to {file_name}, which does "
+                                      "not hold it (spec NVFP4-CKPT-5)")
+            if self.file_of[name].name != file_name:
+                raise CheckpointError(f"{self.index}: maps {name!r} to {file_name}, but "
+                                      f"{self.file_of[name].name} holds it (spec NVFP4-CKPT-5)")
+        unlisted = [name for name in self.info if name not in self.weight_map]
+        if unlisted:
+            raise CheckpointError(f"{self.file_of[unlisted[0]]}: holds {unlisted[0]!r}, which "
+                                  f"{self.index.name} does not map"
+                                  + (f" (nor {len(unlisted) - 1} others)" if len(unlisted) > 1
+                                     else "") + " (spec NVFP4-CKPT-5)")
 
     def names(self) -> list[str]:
         return list(self.info)
@@ -166,7 +161,7 @@ class SafetensorsModel:
 
     def _read_into(self, name: str, begin: int, buffer: np.ndarray) -> None:
         view = memoryview(buffer).cast("B")
-        with open(self.file_of[name], "rb", buffering=0) as f:
+        with open_regular(self.file_of[name], buffering=0) as f:
             f.seek(begin)
             done = 0
             while done < len(view):
@@ -334,13 +329,22 @@ class ShardWriter:
         return weight_map
 
 
-def copy_side_files(source: Path, destination: Path):
+def copy_side_files(source: Path, destination: Path) -> list[str]:
     """Every file and folder of a model directory except its weights (tokenizer, configs,
-    sentence-transformers modules, README), unchanged."""
-    for entry in Path(source).iterdir():
-        if entry.name.startswith(".") or WEIGHT_FILE.match(entry.name):
+    sentence-transformers modules, README), unchanged; returns the names it did not copy and
+    why, for the caller to report (hidden entries such as a download cache, and weights in
+    other formats, which the output's own safetensors replace)."""
+    left = []
+    for entry in sorted(Path(source).iterdir()):
+        if entry.name.startswith("."):
+            left.append(f"{entry.name} (hidden)")
+            continue
+        if WEIGHT_FILE.match(entry.name):
+            if not entry.name.endswith((".safetensors", INDEX_SUFFIX)):
+                left.append(f"{entry.name} (weights in another format)")
             continue
         if entry.is_dir():
             shutil.copytree(entry, destination / entry.name)
         else:
             shutil.copy2(entry, destination / entry.name)
+    return left

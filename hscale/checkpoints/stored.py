@@ -9,6 +9,7 @@ import numpy as np
 
 from .layout_base import ROLE_DTYPES, CheckpointFormat, Layout
 from .layouts import detect_format, layout_named
+from .inputs import require_regular
 from .safetensors import CheckpointError, SafetensorsModel
 
 
@@ -34,6 +35,10 @@ def open_checkpoint(directory) -> tuple[CheckpointFormat, SafetensorsModel, dict
     from .gguf import is_gguf_file, open_gguf
     if is_gguf_file(directory):  # a GGUF file: the third layout (NVFP4-GGUF-1)
         return open_gguf(directory)
+    if directory.exists() and not directory.is_dir():
+        require_regular(directory)  # a FIFO, a device: said so, never opened
+        raise CheckpointError(f"{directory}: neither a checkpoint directory nor a GGUF file "
+                              "(it does not start with the GGUF magic)")
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: no such directory")
     detected = detect_format(directory)

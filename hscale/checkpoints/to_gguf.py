@@ -72,9 +72,11 @@ class GGUFConversion:
     modules: list = field(default_factory=list)
 
 
-def convert_to_gguf(source, destination, *, force: bool = False) -> GGUFConversion:
+def convert_to_gguf(source, destination, *, force: bool = False, check=None) -> GGUFConversion:
     """``hscale convert SRC DST --to gguf``; see the module docstring. A source that cannot be
-    written as GGUF raises ``CheckpointError`` before anything is written."""
+    written as GGUF raises ``CheckpointError`` before anything is written. ``check``: as for
+    ``hscale.checkpoints.convert.convert_checkpoint`` (the source checked first, the written
+    file before it is renamed)."""
     from .convert import _refuse_activation_quantization
     started = time.perf_counter()
     gguf = require_gguf()
@@ -83,6 +85,8 @@ def convert_to_gguf(source, destination, *, force: bool = False) -> GGUFConversi
         raise CheckpointError(f"{source}: already GGUF (hscale convert --to gguf reads a "
                               "compressed-tensors or ModelOpt checkpoint directory)")
     _check_destination(destination, force)
+    if check is not None:
+        check.source(source)
     detected, model, modules = open_checkpoint(source)
     _refuse_activation_quantization(model, detected, source)
     config = json.loads((source / "config.json").read_text())
@@ -112,6 +116,8 @@ def convert_to_gguf(source, destination, *, force: bool = False) -> GGUFConversi
             writer.write_tensor_data(entry["data"]())
         writer.close()
         _verify(temporary, model, detected.layout, plan)
+        if check is not None:
+            check.output(temporary, {})
         report.bytes = temporary.stat().st_size
     report.nvfp4_tensors = len(nvfp4)
     report.other_tensors = sum(1 for e in plan if e["kind"] == "plain")

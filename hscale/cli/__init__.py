@@ -58,6 +58,12 @@ IMPORT_NOISE_LOGGERS = ("torchao", "torch.utils._pytree")
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    for stream in (sys.stdout, sys.stderr):
+        # A name that is not valid in the stream's encoding (a directory name of non-UTF-8
+        # bytes, under a strict UTF-8 stdout) is printed escaped rather than ending the command
+        # with an error after its work is done.
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     for name in IMPORT_NOISE_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
     if argv[:1] and argv[0] in OWN_PARSERS:

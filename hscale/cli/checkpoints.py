@@ -30,17 +30,19 @@ def _check(args) -> int:
 
 
 def _convert(args) -> int:
+    from hscale.check.conversion import ConversionCheck
     from hscale.checkpoints.convert import convert_checkpoint, format_conversion
+    check = ConversionCheck()  # the source checked as hscale check does, the output too
     if args.to == "gguf":  # the third layout: a file llama.cpp runs
         from hscale.checkpoints.to_gguf import convert_to_gguf, format_gguf_conversion
         if args.requantize:
             raise UsageError("--requantize: a GGUF file keeps each Linear's own global scale, "
                              "so there is nothing to requantize")
         print(format_gguf_conversion(convert_to_gguf(args.source, args.destination,
-                                                     force=args.force)))
+                                                     force=args.force, check=check)))
         return EXIT_OK
     report = convert_checkpoint(args.source, args.destination, to=args.to, force=args.force,
-                                requantize=args.requantize)
+                                requantize=args.requantize, check=check)
     print(format_conversion(report))
     return EXIT_OK
 

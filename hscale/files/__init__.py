@@ -19,6 +19,8 @@ the same rules hold everywhere:
 from __future__ import annotations
 
 import contextlib
+import glob
+import hashlib
 import io
 import json
 import os
@@ -77,6 +79,24 @@ def check_target(path, argument: str = "--out") -> Path:
     return path
 
 
+#: The longest name most file systems allow (NAME_MAX), and how much of a target's name the
+#: hidden names beside it keep, so that a legal target name always gives a legal hidden one.
+NAME_MAX = 255
+KEPT_OF_NAME = 160
+
+
+def hidden_name(name: str, kind: str) -> str:
+    """The hidden name of a temporary file or directory beside a target called ``name``:
+    ``.NAME.KIND`` for a short name; for a long one the first KEPT_OF_NAME characters and a
+    hash of the whole, so that ``.NAME.partial-PID-TOKEN`` stays within NAME_MAX bytes."""
+    if len(os.fsencode(name)) > KEPT_OF_NAME:
+        digest = hashlib.sha256(os.fsencode(name)).hexdigest()[:16]
+        kept = os.fsdecode(os.fsencode(name)[:KEPT_OF_NAME]) if name.isascii() else \
+            name[:KEPT_OF_NAME // 4]
+        name = f"{kept}~{digest}"
+    return f".{name}.{kind}"
+
+
 def write_bytes(path, data: bytes, argument: str = "--out") -> Path | str:
     """``data`` to ``path`` (``-``: standard output), written to a temporary name beside it and
     renamed when complete. The target is checked first (``check_target``)."""
@@ -86,7 +106,7 @@ def write_bytes(path, data: bytes, argument: str = "--out") -> Path | str:
         sys.stdout.buffer.flush()
         return STDOUT
     path = check_target(path, argument)
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    temporary = path.with_name(hidden_name(path.name, f"tmp-{os.getpid()}-{secrets.token_hex(4)}"))
     try:
         temporary.write_bytes(data)
         os.replace(temporary, path)
@@ -101,7 +121,7 @@ def replacing(path, argument: str = "--out"):
     renames it to ``path`` when the block completes (removes it if the block raises). The
     target is checked first (``check_target``)."""
     path = check_target(path, argument)
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    temporary = path.with_name(hidden_name(path.name, f"tmp-{os.getpid()}-{secrets.token_hex(4)}"))
     try:
         yield temporary
         os.replace(temporary, path)
@@ -144,7 +164,8 @@ class OutputDirectory:
         if not parent.is_dir():
             raise OutputError(f"{parent}: no such directory (the parent of {argument})")
         _remove_stale_partials(parent, self.target.name)
-        self.path = parent / f".{self.target.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
+        self.path = parent / hidden_name(self.target.name,
+                                         f"partial-{os.getpid()}-{secrets.token_hex(4)}")
         try:
             self.path.mkdir()
         except OSError as exc:
@@ -163,7 +184,8 @@ class OutputDirectory:
     def commit(self) -> Path:
         old = None
         if self.target.exists():
-            old = self.target.parent / f".{self.target.name}.replaced-{secrets.token_hex(4)}"
+            old = self.target.parent / hidden_name(self.target.name,
+                                                   f"replaced-{secrets.token_hex(4)}")
             os.rename(self.target, old)
         os.rename(self.path, self.target)
         self.committed = True
@@ -177,7 +199,7 @@ class OutputDirectory:
 
 def _remove_stale_partials(parent: Path, name: str):
     """Partial outputs of runs that died (their process is gone) are removed."""
-    for stale in parent.glob(f".{name}.partial-*"):
+    for stale in parent.glob(glob.escape(hidden_name(name, "partial-")) + "*"):
         try:
             pid = int(stale.name.rsplit(".partial-", 1)[1].split("-")[0])
             os.kill(pid, 0)  # still running: leave it

@@ -13,6 +13,7 @@ options removes it and starts afresh, as any stale partial output is removed.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -21,7 +22,7 @@ import shutil
 import signal
 from pathlib import Path
 
-from hscale.files import OutputDirectory
+from hscale.files import OutputDirectory, hidden_name
 
 STATE_NAME = "hscale-resume.json"
 HIDDEN_DIR = "hidden"
@@ -69,7 +70,8 @@ class ResumableOutput(OutputDirectory):
         parent = target.absolute().parent
         held = original = None
         if enabled and parent.is_dir():
-            for partial in sorted(parent.glob(f".{target.name}.partial-*")):
+            for partial in sorted(parent.glob(glob.escape(hidden_name(target.name, "partial-"))
+                                              + "*")):
                 try:
                     pid = int(partial.name.rsplit(".partial-", 1)[1].split("-")[0])
                     state = json.loads((partial / STATE_NAME).read_text())
@@ -77,7 +79,7 @@ class ResumableOutput(OutputDirectory):
                     continue
                 if _pid_alive(pid, partial) or state.get("fingerprint") != print_id:
                     continue
-                held = parent / f".{target.name}.resume-{secrets.token_hex(4)}"
+                held = parent / hidden_name(target.name, f"resume-{secrets.token_hex(4)}")
                 original = partial
                 os.rename(partial, held)  # out of reach of the stale-partial cleanup
                 self.state = state
@@ -93,7 +95,8 @@ class ResumableOutput(OutputDirectory):
             os.rename(held, self.path)
         self.keep = False
         ACTIVE.add(self.path.resolve())
-        for partial in parent.glob(f".{target.name}.partial-{os.getpid()}-*"):
+        for partial in parent.glob(glob.escape(hidden_name(target.name,
+                                                           f"partial-{os.getpid()}-")) + "*"):
             if partial.resolve() not in ACTIVE:  # left by an interrupted run of this process,
                 shutil.rmtree(partial, ignore_errors=True)  # not adopted: stale like any other
 
