@@ -50,7 +50,11 @@ DEFAULT_KINDS = frozenset({"weight"})
 JUDGED_ELSEWHERE = {
     **{f"NVFP4-CKPT-{k}": "a checkpoint layout, judged on checkpoints by hscale check"
        for k in range(1, 5)},
+    "NVFP4-CKPT-5": "the safetensors container and its shard index, judged on checkpoints by "
+                    "hscale check (and hscale convert before it writes)",
+    "NVFP4-CKPT-6": "a checkpoint against its own config, judged on checkpoints by hscale check",
     "NVFP4-GGUF-1": "a checkpoint layout (GGUF), judged on checkpoints by hscale check",
+    "NVFP4-GGUF-2": "the GGUF container, judged on GGUF files by hscale check",
     "HSCALE-CAL-2": "the calibration of a W4A4 activation scale, judged on a calibration pass "
                     "(hscale quantize --scheme w4a4), not on a quantize call",
     "NVFP4-ACT-4": "the decoded activation: it follows from the scale bytes and codes judged "
