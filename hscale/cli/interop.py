@@ -24,6 +24,9 @@ def main(argv=None) -> int:
                         help="count on the level-0 vectors only (no level-2 set, no MiniLM)")
     parser.add_argument("--render", action="store_true",
                         help="only rewrite the markdown from the results file")
+    parser.add_argument("--activations", action="store_true",
+                        help="measure the run-time activation quantizers (the activation kind) "
+                             "instead of the weight quantizers")
     parser.add_argument("--counts-only", action="store_true",
                         help="keep the suite runs of the results file, recount the data sets "
                              "and the examples")
@@ -41,7 +44,11 @@ def main(argv=None) -> int:
         check_output_file("--docs", args.markdown)
     except (OSError, ValueError) as exc:
         return fail("hscale interop", error_text(exc))
-    if not args.render:
+    if args.activations and not args.render:
+        from hscale.interop.activations import measure_all
+        measure_all(results)
+        write_json(results_path, results, argument="--results")
+    elif not args.render:
         try:
             chosen = chosen_adapters(args.adapters)
         except ValueError as exc:
