@@ -196,3 +196,15 @@ def test_the_docs_section_is_the_measurement():
             assert f"- {adapter.label} (`{adapter.spec}`" in section and entry["not_run"]
     assert {e for e in measured if "suite" in measured[e]} == {"torchao", "ModelOpt",
                                                                "compressed-tensors"}
+
+
+def test_where_no_library_runs_the_section_says_so():
+    """``hscale interop --activations`` where no activation library is installed (a fresh
+    environment): no empty table, each adapter listed with its reason."""
+    from hscale.interop.activations import render_section
+    section = "\n".join(render_section({"activations": {
+        "vLLM": {"label": "vLLM", "adapter": "gpu_activations:create_vllm",
+                 "version": "vllm not installed", "not_run": "cannot import vllm._custom_ops"}}}))
+    assert "No activation quantizer could run here." in section
+    assert "| library |" not in section and "```" not in section
+    assert "- vLLM (`gpu_activations:create_vllm`, vllm not installed): cannot import" in section

@@ -254,8 +254,13 @@ def render_section(results: dict) -> list[str]:
         lines.append(f"| {adapter.label} | `{e['adapter']}` | {e['version']} | {e['calls']} | "
                      f"`{e['declared']}` | {verdict} ({suite['seconds']:.0f} s) | "
                      + " | ".join(cells) + " |")
-    lines += ["", "One group per recipe each library differs from (x as its dtype's bits; the "
-              "scale byte, then the 16 codes):", "", "```"] + examples + ["```", ""]
+    if lines[-1].startswith("|---"):  # no library ran here: no table
+        lines[-2:] = ["No activation quantizer could run here.", ""]
+    else:
+        lines.append("")
+    if examples:
+        lines += ["One group per recipe each library differs from (x as its dtype's bits; the "
+                  "scale byte, then the 16 codes):", "", "```"] + examples + ["```", ""]
     not_run = [e for e in section.values() if "not_run" in e]
     if not_run:
         lines += ["Not run here:", ""] + [f"- {e['label']} (`{e['adapter']}`, {e['version']}): "
