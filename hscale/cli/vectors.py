@@ -191,7 +191,7 @@ def _check_activations(args) -> int:
     except (OSError, UnicodeDecodeError) as error:
         raise UsageError(f"--observed {args.observed}: cannot be read ({error})") from None
     report, errors = _activation_family(args.dir).check_lines(cases, lines, args.recipe,
-                                                              args.errors)
+                                                              args.errors, args.require_all)
     for line in report:
         print(line)
     if errors:
