@@ -93,16 +93,17 @@ def clause_statuses(items: dict, outcomes: dict, backend_id: str, allowance_uses
             row["status"] = "fail"
         elif row["error"]:
             row["status"] = "error"
+        elif (not row["passed"] and not row["skipped"] and not row["contract"]
+              and cid not in JUDGED_ELSEWHERE):
+            # none of its tests was selected (--clause, --quick, -k): not judged by this run,
+            # which is not the same as not applying to the backend (nor, for section 5, a
+            # result of the input contract: no bad input of it was fed)
+            row["status"] = "not judged"
+            row["reason"] = "no test of this clause was selected in this run"
         elif cid.startswith(INPUT_SECTION_PREFIX):
             # Section 5's rejections are the input contract, reported apart (an input test
             # fails only under --strict-inputs, or when the backend breaks on the control call).
             row["status"] = "input contract"
-        elif (not row["passed"] and not row["skipped"] and not row["contract"]
-              and cid not in JUDGED_ELSEWHERE):
-            # none of its tests was selected (--clause, --quick, -k): not judged by this run,
-            # which is not the same as not applying to the backend
-            row["status"] = "not judged"
-            row["reason"] = "no test of this clause was selected in this run"
         elif not row["passed"] and row["contract"] and not row["skipped"]:
             # every test of it fed a bad input, an outcome of the input contract: nothing about
             # this clause's numbers was judged

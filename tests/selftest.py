@@ -215,6 +215,23 @@ def create_wrong():
     return WrongZeroGroups()
 '''
 
+# One adapter of two kinds, as docs/backends.md says to declare them: its weight quantizer and
+# its activation quantizer are the docs' two examples.
+TWO_KINDS = '''
+from myactivations import MyActivationQuantizer
+from myadapter import MyAdapter
+
+
+class TwoKinds(MyAdapter, MyActivationQuantizer):
+    name = "two-kinds"
+    version = "two-kinds 1.0"
+    kinds = frozenset({"weight", "activation"})
+
+
+def create():
+    return TwoKinds()
+'''
+
 
 def adapter_source(mark: str = MARK) -> str:
     """An adapter example of docs/backends.md (the python block after the marker)."""
@@ -239,11 +256,14 @@ def all_runs(tmp: Path) -> dict[str, Run]:
     (pkg / "rtnonly.py").write_text(RTN_ONLY, encoding="utf-8")
     (pkg / "plain.py").write_text(PLAIN, encoding="utf-8")
     (pkg / "myactivations.py").write_text(adapter_source(ACTIVATION_MARK), encoding="utf-8")
+    (pkg / "twokinds.py").write_text(TWO_KINDS, encoding="utf-8")
     env = {"PYTHONPATH": str(pkg)}
     runs += [Run("adapter", ["myadapter:create"], env=env),
              Run("rtnonly", ["rtnonly:create"], env=env),
              Run("plain", ["plain:create", "plain:create_wrong"], env=env),
-             Run("activation-adapter", ["myactivations:create"], env=env, conform=True)]
+             Run("activation-adapter", ["myactivations:create"], env=env, conform=True),
+             Run("two-kinds", ["twokinds:create"], ["--clause", "NVFP4-E2M1-1", "--clause",
+                                                    "NVFP4-ACT-2"], env=env, conform=True)]
     for mutant, allowance, _, other in ALLOWED:
         runs.append(Run(f"faithful-{allowance}", [M + mutant, M + other],
                         ["--profile", "faithful", "--allow", allowance]))

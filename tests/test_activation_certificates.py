@@ -6,7 +6,8 @@ the installed suite from outside the repository (the runs are tests/selftest.py'
   and the recipe;
 - each declaring another recipe does not conform, naming that recipe's clause;
 - each slip of the fast-math kernel (ties away from zero, no saturation, a truncated scale,
-  the sign of a zero lost, a wrong swizzle) does not conform, naming its clause."""
+  the sign of a zero lost, a wrong swizzle) does not conform, naming its clause;
+- one adapter of two kinds (weight and activation) gets one certificate with both."""
 
 from __future__ import annotations
 
@@ -88,3 +89,25 @@ def test_the_activation_adapter_of_the_docs_conforms(selftest_runs):
         row = cert["clauses"][clause]
         assert row["status"] == "not applicable" and "declares the recipe 'fast-math'" in \
             row["reason"], (clause, row)
+
+
+@pytest.mark.selftest
+@pytest.mark.clause("SUITE-KINDS-1")
+def test_one_adapter_of_two_kinds_gets_one_certificate_with_both(selftest_runs):
+    """The docs' weight adapter and activation adapter behind one adapter declaring both kinds,
+    `hscale conform --clause NVFP4-E2M1-1 --clause NVFP4-ACT-2`: the certificate lists both
+    kinds, each its declarations, clause statuses and verdict; the summary prints a line per
+    kind; no input-contract result is claimed for bad inputs the run did not feed."""
+    run, cert = certificate_of(selftest_runs, "two-kinds", "two-kinds")
+    assert run.returncode == 0 and cert["verdict"] == "conforms", (
+        f"{summary(cert)}\n{run.output[-4000:]}")
+    assert cert["kinds_declared"] == ["weight", "activation"]
+    weight, activation = cert["kinds"]["weight"], cert["kinds"]["activation"]
+    assert weight["clauses"]["NVFP4-E2M1-1"] == "pass" and weight["verdict"] == "conforms"
+    assert activation["clauses"]["NVFP4-ACT-2"] == "pass" and activation["verdict"] == "conforms"
+    assert activation["declarations"]["activation_recipe"] == "fast-math"
+    assert "rtn" in weight["declarations"]["capabilities"]
+    assert weight["clauses"]["NVFP4-IN-1"] == "not judged", weight["clauses"]
+    assert cert["verdicts"]["input_contract"] == "no bad input was fed in this run: not judged"
+    for kind in ("weight", "activation"):
+        assert f"  kind {kind} (" in run.output, run.output[-3000:]

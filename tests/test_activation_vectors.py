@@ -109,6 +109,21 @@ def test_check_judges_an_observed_file_under_the_recipe(tmp_path):
     nan = _hscale("check", "--recipe", "exact", "--observed", str(tmp_path / "nan.txt"))
     assert nan.returncode == 1 and "[NVFP4-ACT-8]" in nan.stdout and "is NaN" in nan.stdout, \
         nan.stdout
+    # a file holding part of the vectors says how much it held, and --require-all fails it
+    from hscale.vectors.activation_sets import check_lines
+    cases = [case for case in _cases().values() if case.id.startswith("act-")]
+    total = sum(case.shape[0] * (case.shape[1] // 16) for case in cases)
+    report, errors = check_lines(cases, lines[:3], "exact")
+    assert errors == 0 and report[-1] == (f"2 of {total} groups of the activation vectors "
+                                          f"observed; {len(cases) - 1} cases absent from the "
+                                          "file"), report
+    assert report[0].startswith(f"{lines[0].split()[0]}: ") and report[0].endswith(
+        "groups missing from the file (not judged)"), report
+    (tmp_path / "part.txt").write_text("\n".join(lines[:3]) + "\n")
+    strict = _hscale("check", "--recipe", "exact", "--require-all", "--observed",
+                     str(tmp_path / "part.txt"))
+    assert strict.returncode == 1 and "missing from the observed file (--require-all)" in \
+        strict.stdout, strict.stdout
 
 
 @pytest.mark.clause("NVFP4-ACT-5")

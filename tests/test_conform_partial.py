@@ -11,6 +11,9 @@ def test_a_clause_selected_run_is_a_partial_certificate(numpy_one_clause_run):
     assert statuses["NVFP4-E2M1-1"] == "pass"
     assert statuses["HSCALE-ARGMIN-1"] == "not judged", cert["clauses"]["HSCALE-ARGMIN-1"]
     assert statuses["NVFP4-CKPT-1"] == "not applicable"  # judged elsewhere, whatever is selected
+    # no bad input of section 5 was fed: no input-contract result is claimed for it
+    assert statuses["NVFP4-IN-1"] == "not judged", cert["clauses"]["NVFP4-IN-1"]
+    assert "NVFP4-IN-1" in cert["verdicts"]["clauses_not_judged"]
     assert "HSCALE-ARGMIN-1" in cert["verdicts"]["clauses_not_judged"]
     assert "NVFP4-E2M1-1" not in cert["verdicts"]["clauses_not_judged"]
     assert "(a partial run: " in done.stdout, done.stdout[-2000:]

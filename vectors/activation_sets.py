@@ -256,9 +256,13 @@ def observed_lines(cases, recipe: str, with_global_scale: bool = True) -> list[s
     return lines
 
 
-def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20) -> tuple[list, int]:
+def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20,
+                require_all: bool = False) -> tuple[list, int]:
     """``(report lines, errors)``: each case the observed lines cover, judged as a ``recipe``
-    kernel's result (hscale.judge.activations), TestFloat-style."""
+    kernel's result (hscale.judge.activations), TestFloat-style. The report says how many of
+    the vectors' groups the file held; a group it lacks is not judged (its expected result
+    stands in, so that the case's others can be), and with ``require_all`` each one missing is
+    an error, as ``hscale vectors check --require-all`` makes it for the weight sets."""
     by_id = {case.id: case for case in cases}
     seen: dict[str, dict] = {}
     report, errors = [], 0
@@ -299,7 +303,7 @@ def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20) -> t
         diagnosis = diagnose_activations(case, observed, recipe)
         if missing:
             report.append(f"{case_id}: {plural(len(missing), 'group')} missing from the file "
-                          "(judged as the expected ones)")
+                          "(not judged)")
         if diagnosis.ok:
             continue
         for finding in diagnosis.findings:
@@ -308,6 +312,15 @@ def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20) -> t
                 report.append(f"{case_id} {finding.render()}")
                 if finding.group is not None:
                     report.append(group_context(case, *finding.group))
+    total = sum(case.shape[0] * (case.shape[1] // GROUP_SIZE) for case in cases)
+    observed = sum(len(entry["groups"]) for entry in seen.values())
+    absent = [case.id for case in cases if case.id not in seen]
+    report.append(f"{observed} of {plural(total, 'group')} of the activation vectors observed"
+                  + (f"; {plural(len(absent), 'case')} absent from the file" if absent else ""))
+    if require_all and observed < total:
+        errors += total - observed
+        report.append(f"{plural(total - observed, 'group')} of the vectors are missing from the "
+                      "observed file (--require-all)")
     return report, errors
 
 

@@ -379,14 +379,19 @@ def _read_lines(by_id: dict, lines: list[str]) -> dict[str, dict]:
     return seen
 
 
-def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20) -> tuple[list, int]:
+def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20,
+                require_all: bool = False) -> tuple[list, int]:
     """``(report lines, errors)``: each case the observed lines cover, judged under the
     accumulation model ``recipe`` (hscale.judge.gemm), TestFloat-style: each wrong output
-    element with its expected and observed bits and its finding."""
+    element with its expected and observed bits and its finding. The report says how many of
+    the vectors' output elements the file held; an element it lacks is not judged (its expected
+    value stands in, so that the case's others can be), and with ``require_all`` each one
+    missing is an error, as for the weight and activation sets."""
     domain = GemmDomain(GemmModel.parse(recipe))
     by_id = {case.id: case for case in cases}
     report, errors = [], 0
-    for case_id, values in _read_lines(by_id, lines).items():
+    seen = _read_lines(by_id, lines)
+    for case_id, values in seen.items():
         case = by_id[case_id]
         m, n, _ = case.shape
         result = case.reference_outputs.astype(np.float64)
@@ -395,7 +400,7 @@ def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20) -> t
                 float_format(case.out_dtype).dtype))[0]
         if len(values) < m * n:
             report.append(f"{case_id}: {m * n - len(values)} of {m * n} output elements "
-                          "missing from the file (judged as the expected ones)")
+                          "missing from the file (not judged)")
         diagnosis = judge_gemm(case, result, recipe, domain)
         for finding in diagnosis.findings:
             errors += 1
@@ -404,6 +409,15 @@ def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20) -> t
                 report.append(f"{case_id} {i} {j} => {finding.observed}  expected: "
                               f"{finding.expected}\n  {finding.render()}")
         errors += diagnosis.unlisted.get("NVFP4-GEMM-7", 0)
+    total = sum(case.shape[0] * case.shape[1] for case in cases)
+    observed = sum(len(values) for values in seen.values())
+    absent = [case.id for case in cases if case.id not in seen]
+    report.append(f"{observed} of {total} output elements of the GEMM vectors observed"
+                  + (f"; {len(absent)} case(s) absent from the file" if absent else ""))
+    if require_all and observed < total:
+        errors += total - observed
+        report.append(f"{total - observed} output element(s) of the vectors are missing from "
+                      "the observed file (--require-all)")
     return report, errors
 
 

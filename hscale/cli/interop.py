@@ -24,6 +24,9 @@ def main(argv=None) -> int:
                         help="count on the level-0 vectors only (no level-2 set, no MiniLM)")
     parser.add_argument("--render", action="store_true",
                         help="only rewrite the markdown from the results file")
+    parser.add_argument("--activations", action="store_true",
+                        help="measure the run-time activation quantizers (the activation kind) "
+                             "instead of the weight quantizers")
     parser.add_argument("--counts-only", action="store_true",
                         help="keep the suite runs of the results file, recount the data sets "
                              "and the examples")
@@ -44,16 +47,21 @@ def main(argv=None) -> int:
         check_output_file("--docs", args.markdown)
     except (OSError, ValueError) as exc:
         return fail("hscale interop", error_text(exc))
-    if args.gemm and not args.render:
-        from hscale.interop.gemm import GEMM_PATHS, measure_gemm
-        for path in GEMM_PATHS:
-            entry = measure_gemm(path)
-            if "not_run" in entry and "suite" in results.get("gemm", {}).get(path.label, {}):
-                print(f"[{path.label}] not available here ({entry['not_run']}): the earlier "
-                      "measurement is kept", flush=True)
-                continue
-            results.setdefault("gemm", {})[path.label] = entry
+    if (args.gemm or args.activations) and not args.render:
+        if args.activations:
+            from hscale.interop.activations import measure_all
+            measure_all(results)
             write_json(results_path, results, argument="--results")
+        if args.gemm:
+            from hscale.interop.gemm import GEMM_PATHS, measure_gemm
+            for path in GEMM_PATHS:
+                entry = measure_gemm(path)
+                if "not_run" in entry and "suite" in results.get("gemm", {}).get(path.label, {}):
+                    print(f"[{path.label}] not available here ({entry['not_run']}): the "
+                          "earlier measurement is kept", flush=True)
+                    continue
+                results.setdefault("gemm", {})[path.label] = entry
+                write_json(results_path, results, argument="--results")
     elif not args.render:
         try:
             chosen = chosen_adapters(args.adapters)

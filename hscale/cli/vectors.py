@@ -224,7 +224,8 @@ def _check_family(args, kind: str) -> int:
         lines = Path(args.observed).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as error:
         raise UsageError(f"--observed {args.observed}: cannot be read ({error})") from None
-    report, errors = _family(kind).check_lines(cases, lines, choice, args.errors)
+    report, errors = _family(kind).check_lines(cases, lines, choice, args.errors,
+                                               args.require_all)
     for line in report:
         print(line)
     if errors:

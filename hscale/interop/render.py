@@ -4,6 +4,7 @@ fail), its allowance counts on the data sets, and what its profile still rejects
 from __future__ import annotations
 
 from . import ADAPTERS, GPU_ONLY, library_cells
+from .activations import render_section
 
 
 def cell(entry: dict, clause: str) -> str:
@@ -168,6 +169,7 @@ def render(results: dict, results_name: str = "interop-results.json") -> str:
             lines += ["```"]
         lines += still_rejected_block(e)
         lines.append("")
+    lines += render_section(results)  # the activation kind's libraries
     from .gemm import render_gemm
     lines += render_gemm(results.get("gemm", {}))
     lines += ["## Not run", ""]
