@@ -212,8 +212,8 @@ def head_to_head(model, progress=True, skip=()) -> dict:
                 return calibrators.dequantized(w, scales[m], model.G[m], name)
         with warnings.catch_warnings():  # imports, CUDA context and Triton's first compile
             warnings.simplefilter("ignore")
-            weight, G = warm_up_layer()
-            calibrators.dequantized(weight, np.float32(1 / 2688), G, name)
+            warm_weight, warm_G = warm_up_layer()
+            calibrators.dequantized(warm_weight, np.float32(1 / 2688), warm_G, name)
         return run, dist_version("nvidia-modelopt")
 
     wanted = [(name, library, lambda m=m, f=f, i=i: adapter_run(m, f, i))

@@ -119,8 +119,8 @@ def calibration_spread(model, subsets: int = SUBSETS, fraction: float = FRACTION
         for name in [n for n in other if n not in failed]:
             function = others[name][0]
             try:
-                weight, G = warm_up_layer()
-                function(weight, np.float32(1 / 2688), G)  # imports, set-up: not timed
+                warm_weight, warm_G = warm_up_layer()  # imports and set-up, untimed
+                function(warm_weight, np.float32(1 / 2688), warm_G)
                 ratio, spent = [], 0.0
                 for module in modules:
                     w, Gh = model.weights[module], model.G_heldout[module]
