@@ -203,6 +203,8 @@ def merge_into(doc: dict, results: dict) -> dict:
         if row.get("ran"):
             row.update(version=label,
                        hscale_seconds_same_run=part["spread"]["methods"]["hscale"]["seconds"])
+        else:
+            row["reason"] = f"the GPU run ({part['machine']['device']}) failed it: {row['reason']}"
         doc["spread"].setdefault("competitors", {})[LOCAL_HESSIAN] = row
     for label_name, family in doc.get("synthetic", {}).get("families", {}).items():
         if label_name not in parts:
@@ -232,7 +234,7 @@ def gpu_table(results: dict) -> str:
     """The GPU run in one markdown table (docs/fidelity.md embeds it; a test compares): every
     ModelOpt row beside H-Scale from the same run, with the seconds of both."""
     from hscale.backends.interop.modelopt_calibrators import CALIBRATORS
-    from hscale.report.head_to_head import HSCALE_ROW, MODELOPT_CALIBRATORS
+    from hscale.report.head_to_head import CALIBRATED_ROWS, HSCALE_ROW, MODELOPT_CALIBRATORS
     parts = results["parts"]
     lines = ["| model | scale selection | output error vs min-max, calibration / held-out "
              "(mean over Linears) | held-out, mean +- 95% interval over 5 calibration subsets "
@@ -253,11 +255,17 @@ def gpu_table(results: dict) -> str:
             over = subsets.get(name)
             key = CALIBRATORS.get(name)
             cosine = row.get("embedding_cosine_heldout", {})
+            if name not in CALIBRATED_ROWS:
+                spread_cell = "data-free: scales from the weights alone"
+            elif over and over.get("ran", True):
+                spread_cell = _spread(over["heldout"])
+            else:
+                spread_cell = ("not measured: the run failed ("
+                               + over["reason"].split(":")[0] + "; the text below says why)"
+                               if over else "not measured")
             lines.append(
                 f"| MiniLM | {name} | {_pct(row['output']['mean'])} / "
-                f"{_pct(row['output_heldout']['mean'])} | "
-                + (_spread(over["heldout"]) if over and over.get("ran", True) else
-                   "data-free: scales from the weights alone")
+                f"{_pct(row['output_heldout']['mean'])} | " + spread_cell
                 + f" | {cosine.get('mean', float('nan')):.5f} / "
                 f"{cosine.get('min', float('nan')):.5f} | {row['seconds']:.2f} | "
                 + (f"{quantize[key]['total']:.2f}" if key in quantize else "") + " |")

@@ -8,10 +8,11 @@
 # and what it imports that the image lacks) and MiniLM (minilm.zip, from
 # `python tools/modelopt_fidelity.py pack-minilm`):  bash session.sh
 # STAND_IN=--stand-in proves the plumbing without a GPU (the kit's RTN instead of ModelOpt);
-# SUBSETS=N runs N calibration subsets instead of the report's 5; WORK is the scratch folder.
+# SUBSETS=N runs N calibration subsets instead of the report's 5; PARTS="minilm-spread" runs
+# only the parts named; WORK is the scratch folder.
 OUT=${OUT:-/tmp/modelopt-gpu-out}; W=${WORK:-/tmp/mo33}; P="$W/out"; mkdir -p "$OUT" "$W/tree" "$P"
 set -u
-export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=3 MKL_NUM_THREADS=3
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=4 MKL_NUM_THREADS=4
 t0=$(date +%s)
 tar -xJf tree.tar.xz -C "$W/tree"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -26,14 +27,15 @@ python3 "$W/tree/tools/modelopt_fidelity.py" unpack-minilm minilm.zip "$W/minilm
   python3 -c "from hscale.backends.interop import modelopt_calibrators as c; print('available:', c.available('local_hessian'))"
   echo "set up in $(( $(date +%s) - t0 )) s"
 } >> "$OUT/machine.log" 2>&1
-for part in minilm minilm-spread Llama Qwen3 Qwen3-MoE; do
+for part in ${PARTS:-minilm minilm-spread Llama Qwen3 Qwen3-MoE}; do
   extra=""; case $part in minilm*) extra="--model-dir $W/minilm";; esac
   (timeout "${PART_TIMEOUT:-230}" python3 "$W/tree/tools/modelopt_fidelity.py" measure "$part" \
      "$P/$part.json" $extra ${SUBSETS:+--subsets $SUBSETS} ${STAND_IN:-} > "$P/$part.log" 2>&1
    echo "exit $? after $(( $(date +%s) - t0 )) s" >> "$P/$part.log") &
 done
 # the adapter's own tests, which skip without CUDA and Triton
-(cd "$W/tree" && timeout "${PART_TIMEOUT:-230}" python3 -m pytest tests/test_modelopt_calibrators.py \
+# (run from $W: from the tree's own folder, tree/hscale would shadow the kit's links)
+(cd "$W" && timeout "${PART_TIMEOUT:-230}" python3 -m pytest tree/tests/test_modelopt_calibrators.py \
    -q -p no:cacheprovider -rs > "$P/calibrator-tests.log" 2>&1
  echo "exit $? after $(( $(date +%s) - t0 )) s" >> "$P/calibrator-tests.log") &
 wait
