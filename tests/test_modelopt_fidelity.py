@@ -103,14 +103,24 @@ def test_the_recorded_gpu_run_ran_modelopt_on_a_gpu():
         assert part["stand_in"] is False, name
         assert part["machine"]["device"].startswith("NVIDIA"), name
         assert part["machine"]["nvidia-modelopt"] == "0.47.0", name
-        assert part["quantize_seconds"], name  # mtq.quantize ran (its calls were timed)
+        # mtq.quantize ran (its calls were timed), except in the MiniLM spread, which failed
+        # before it (below)
+        assert bool(part["quantize_seconds"]) == (name != "minilm-spread"), name
     for name in MODELOPT_ROWS:
         assert results["parts"]["minilm"]["head_to_head"][name]["ran"], name
         for family in ("Llama", "Qwen3", "Qwen3-MoE"):
             assert results["parts"][family]["family"]["rows"][name]["ran"], (family, name)
-    spread = results["parts"]["minilm-spread"]["spread"]["competitors"]
-    assert spread["ModelOpt local-Hessian calibrator"]["ran"]
-    assert len(spread["ModelOpt local-Hessian calibrator"]["heldout"]["values"]) == 5
+    spread = results["parts"]["minilm-spread"]["spread"]
+    assert len(spread["methods"]["hscale"]["heldout"]["values"]) == 5
+    # local_hessian's MiniLM spread failed in that run, on a bug of the kit's spread fixed since
+    # (test_the_spread_runs_modelopt_local_hessian_on_each_subsets_g): the report must say
+    # "not run", never show it as measured or drop it
+    row = spread["competitors"]["ModelOpt local-Hessian calibrator"]
+    _, figures = recorded()
+    shown = figures["spread"]["competitors"]["ModelOpt local-Hessian calibrator"]
+    assert shown["ran"] == row["ran"]
+    if not row["ran"]:
+        assert row["reason"] in shown["reason"]
 
 
 def test_the_reports_modelopt_rows_are_the_recorded_gpu_run():
@@ -128,9 +138,10 @@ def test_the_reports_modelopt_rows_are_the_recorded_gpu_run():
 
 
 def test_modelopt_local_hessian_is_the_block_hessian_search_it_is_documented_to_be():
-    """On the GPU, ModelOpt's local_hessian scored by the held-out block objective lands with
-    the kit's hscale-block (same objective, H-Scale's window) and ahead of H-Scale's diagonal
-    one, as the CPU transcription predicted; the weight-error searches land behind H-Scale."""
+    """On the GPU, ModelOpt's local_hessian (the block-Hessian objective over all 126 bytes)
+    beats H-Scale (the diagonal one) on MiniLM's held-out text and on every tiny decoder, as
+    the CPU transcription predicted; the weight-error searches land behind H-Scale but ahead
+    of min-max."""
     results, _ = recorded()
     rows = results["parts"]["minilm"]["head_to_head"]
     hscale = rows[results["parts"]["minilm"]["hscale_row"]]["output_heldout"]["mean"]
@@ -138,3 +149,54 @@ def test_modelopt_local_hessian_is_the_block_hessian_search_it_is_documented_to_
     assert local < hscale
     for name in ("ModelOpt FP8 scale sweep calibrator", "ModelOpt MSE calibrator"):
         assert hscale < rows[name]["output_heldout"]["mean"] < 1.0
+    for family in ("Llama", "Qwen3", "Qwen3-MoE"):
+        rows = results["parts"][family]["family"]["rows"]
+        assert (rows["ModelOpt local-Hessian calibrator"]["heldout"]["mean"]
+                < rows["hscale"]["heldout"]["mean"])
+
+
+def test_the_spread_runs_modelopt_local_hessian_on_each_subsets_g(monkeypatch, tmp_path):
+    """The spread's competitor path with ModelOpt's calibration replaced by a CPU stand-in
+    (the kit's RTN at ModelOpt's own s_g = max|W| / 2688, which is all that runs without CUDA):
+    the row runs on every subset, each Linear gets its own subset's G, and its figure is the
+    stand-in's held-out error over min-max at the report's s_g, computed here directly."""
+    pytest.importorskip("modelopt.torch.quantization")
+    from hscale.backends.interop import modelopt_calibrators as calibrators
+    from hscale.evaluation.quality import output_error
+    from hscale.reference import DEFAULT_SCALE_CEILING, quantize
+    from hscale.report import pipelines, spread
+    seen = []
+
+    def stand_in(weight, G, calibrator):
+        seen.append((weight.shape, np.asarray(G).shape))
+        s_g = np.float32(np.float32(np.abs(weight).max()) / np.float32(2688))
+        deq = quantize(weight, method="rtn", global_scale=s_g).dequantize()
+        return calibrators.Calibration(deq, None, None, s_g, 0.0, "cpu", "")
+    monkeypatch.setattr(calibrators, "available", lambda calibrator: (True, ""))
+    monkeypatch.setattr(calibrators, "calibrate", stand_in)
+    pytest.importorskip("transformers")
+    from hscale.checkpoints.synthetic import write_synthetic_model
+    from hscale.models.synthetic import family_config
+    from hscale.report.synthetic import SHAPE
+    config = family_config("llama", dict(SHAPE, hidden_size=64, intermediate_size=128,
+                                         head_dim=16))
+    write_synthetic_model(tmp_path / "model", config, seed=0)  # with a tokenizer
+    model = pipelines.calibrated_model(tmp_path / "model", progress=False)
+    got = spread.calibration_spread(model, subsets=2, progress=False, methods=("hscale",),
+                                    only=("ModelOpt local-Hessian calibrator",))
+    row = got["competitors"]["ModelOpt local-Hessian calibrator"]
+    assert row["ran"], row
+    assert set(got["methods"]) == {"rtn", "hscale"} and got["block_minus_hscale"] is None
+    scales = pipelines.global_scales(model, DEFAULT_SCALE_CEILING)
+    ratios = []
+    for module, w in model.weights.items():
+        Gh = model.G_heldout[module]
+        own = np.float32(np.float32(np.abs(w).max()) / np.float32(2688))
+        ratios.append(output_error(w, quantize(w, method="rtn", global_scale=own).dequantize(),
+                                   Gh)
+                      / output_error(w, quantize(w, method="rtn", global_scale=scales[module])
+                                     .dequantize(), Gh))
+    assert row["heldout"]["values"] == [pytest.approx(np.mean(ratios), rel=1e-12)] * 2
+    layers = [(w.shape, (w.shape[1], w.shape[1])) for w in model.weights.values()]
+    warm = [((16, 64), (64, 64))]  # head_to_head.warm_up_layer: untimed, once per subset
+    assert seen == (warm + layers) * 2  # then every Linear with its own G
