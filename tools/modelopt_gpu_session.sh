@@ -4,9 +4,17 @@
 # the five parts side by side, each under its own timeout. To $OUT: modelopt-gpu.json (the parts
 # merged), machine.log, and parts.tar.gz (each part's JSON and log).
 # Run from a folder holding the kit's tree (tree.tar.xz: hscale, reference, backends,
-# conformance, vectors, tools/modelopt_fidelity.py, the ModelOpt tests), the wheels the GPU machine lacks (whl/: nvidia-modelopt 0.47.0
-# and what it imports that the image lacks) and MiniLM (minilm.zip, from
-# `python tools/modelopt_fidelity.py pack-minilm`):  bash session.sh
+# conformance, vectors, tools/modelopt_fidelity.py, the ModelOpt tests), the wheels the GPU
+# machine lacks (whl/: nvidia-modelopt 0.47.0 and what it imports that the image lacks) and
+# MiniLM (minilm.zip, from `python tools/modelopt_fidelity.py pack-minilm`): bash session.sh
+# Assembled here (the GPU machine has no network; 64 MiB travel in all), in a folder D:
+#   git archive HEAD | tar -x -C T && (cd T && tar -cJf D/tree.tar.xz hscale reference backends \
+#     conformance vectors/*.py vectors/data pyproject.toml tools/modelopt_fidelity.py tests/conftest.py \
+#     tests/test_modelopt_calibrators.py) && cp tools/modelopt_gpu_session.sh D/session.sh
+#   python tools/modelopt_fidelity.py pack-minilm D/minilm.zip                      # 40 MB
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 ... -d D/whl \
+#     nvidia-modelopt==0.47.0 pydantic pydantic-core annotated-types typing-inspection \
+#     typing-extensions omegaconf "pulp<4"    # pulp: drop its solverdir/cbc for other platforms
 # STAND_IN=--stand-in proves the plumbing without a GPU (the kit's RTN instead of ModelOpt);
 # SUBSETS=N runs N calibration subsets instead of the report's 5; PARTS="minilm-spread" runs
 # only the parts named; WORK is the scratch folder.
