@@ -291,14 +291,18 @@ def gpu_table(results: dict) -> str:
 
 
 def merged_results(paths) -> dict:
-    """The parts' outputs as one results file; a stand-in part is refused."""
+    """The parts' outputs as one results file; a stand-in part is refused. A path may also be
+    an earlier results file (its parts are taken); a later path's part replaces an earlier's,
+    so a rerun of some parts (``PARTS=minilm-spread``) merges into the record:
+    ``merge docs/fidelity/modelopt-gpu.json docs/fidelity/modelopt-gpu.json NEW.json``."""
     parts = {}
     for path in paths:
-        part = json.loads(Path(path).read_text())
-        if part.get("stand_in"):
-            raise SystemExit(f"{path}: a --stand-in run (the kit's RTN, not ModelOpt): "
-                             "not merged into the report")
-        parts[part["part"]] = part
+        loaded = json.loads(Path(path).read_text())
+        for part in (loaded["parts"].values() if "parts" in loaded else [loaded]):
+            if part.get("stand_in"):
+                raise SystemExit(f"{path}: a --stand-in run (the kit's RTN, not ModelOpt): "
+                                 "not merged into the report")
+            parts[part["part"]] = part
     return {"parts": {p: parts[p] for p in PARTS if p in parts}}
 
 
