@@ -156,11 +156,34 @@ def _row_order(name: str) -> int:
     return order.index(name) if name in order else len(order)
 
 
-def previous_head_to_head(out: Path) -> dict:
+def previous_figures(out: Path) -> dict:
     try:
-        return json.loads((Path(out) / "figures.json").read_text()).get("head_to_head") or {}
+        return json.loads((Path(out) / "figures.json").read_text())
     except (OSError, ValueError):
         return {}
+
+
+def keep_measured(rows: dict, earlier: dict) -> dict:
+    """``rows`` with each row that did not run here replaced by ``earlier``'s measured one
+    (marked ``kept_from_earlier_run``): a library missing here (ModelOpt's calibrators need
+    CUDA, tools/modelopt_fidelity.py measures them on a GPU) does not erase its figures."""
+    out = dict(rows)
+    for name, row in rows.items():
+        if not row.get("ran") and (earlier or {}).get(name, {}).get("ran"):
+            out[name] = dict(earlier[name], kept_from_earlier_run=True)
+    return out
+
+
+def keep_measured_elsewhere(doc: dict, earlier: dict) -> None:
+    """The spread's and the tiny decoders' competitor rows: what ``keep_measured`` does for the
+    head to head."""
+    if doc.get("spread") and earlier.get("spread"):
+        doc["spread"]["competitors"] = keep_measured(doc["spread"].get("competitors") or {},
+                                                     earlier["spread"].get("competitors"))
+    if doc.get("synthetic") and earlier.get("synthetic"):
+        before = earlier["synthetic"].get("families") or {}
+        for label, family in doc["synthetic"]["families"].items():
+            family["rows"] = keep_measured(family["rows"], before.get(label, {}).get("rows"))
 
 
 def build(out: Path = DEFAULT_OUT, progress=True, iterations=BEST_SCALE_ITERATIONS,
@@ -168,7 +191,8 @@ def build(out: Path = DEFAULT_OUT, progress=True, iterations=BEST_SCALE_ITERATIO
     """Compute every figure and write the report; returns the document. ``reuse_measured``:
     competitor rows measured by an earlier run (OUT/figures.json) are kept, not re-run."""
     start = time.perf_counter()
-    earlier = previous_head_to_head(out)
+    earlier_doc = previous_figures(out)
+    earlier = earlier_doc.get("head_to_head") or {}
     model = pipelines.calibrated_model(progress=progress) if model is None else model
     doc = layer_analyses(model, iterations, progress)
     doc["summary"] = summarise(doc)
@@ -187,10 +211,8 @@ def build(out: Path = DEFAULT_OUT, progress=True, iterations=BEST_SCALE_ITERATIO
     rows = head_to_head(model, progress, skip)
     rows.update({n: dict(earlier[n], kept_from_earlier_run=True) for n in skip if n not in rows})
     rows = {n: rows[n] for n in sorted(rows, key=_row_order)}
-    for name, row in rows.items():  # keep a measured row when the library is missing here
-        if not row.get("ran") and earlier.get(name, {}).get("ran"):
-            rows[name] = dict(earlier[name], kept_from_earlier_run=True)
-    doc["head_to_head"] = rows
+    doc["head_to_head"] = keep_measured(rows, earlier)  # a library missing here
+    keep_measured_elsewhere(doc, earlier_doc)
     doc["wall_seconds"] = time.perf_counter() - start
     render(doc, out)
     return doc

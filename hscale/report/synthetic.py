@@ -105,16 +105,24 @@ def _layers(directory: Path):
 
 def family_analyses(family: str, own: dict, subsets: int = SUBSETS,
                     iterations: int = BEST_SCALE_ITERATIONS, competitors: bool = True,
-                    progress: bool = True) -> dict:
+                    progress: bool = True, kit_methods=None, only=None) -> dict:
     """One family: rows (method -> held-out and calibration error vs min-max and seconds, each
     an interval over the subsets, or one value when data-free), the window sweep's U = 0 and
-    U = 6 (K = 16) recovered share and H-Scale's shift shares, each an interval over subsets."""
+    U = 6 (K = 16) recovered share and H-Scale's shift shares, each an interval over subsets.
+    ``kit_methods``: the kit's methods to run (default all; rtn always); the window and shift
+    figures need the full ladder and are None without it. ``only``: the competitor rows to run
+    (default all), for a run that measures some rows alone (tools/modelopt_fidelity.py)."""
     from hscale.calibration import calibration_texts, heldout_texts
     from hscale.checkpoints.synthetic import write_synthetic_model
     from hscale.models.synthetic import family_config
     from hscale.reference import quantize
-    from .head_to_head import BASELINE_ROW, BLOCK_ROW, HSCALE_ROW, head_to_head
-    methods = _kit_methods(iterations)
+    from .head_to_head import (BASELINE_ROW, BLOCK_ROW, COMPETITORS, FUNCTIONS, HSCALE_ROW,
+                               MODELOPT_CALIBRATORS, head_to_head)
+    methods = {m: v for m, v in _kit_methods(iterations).items()
+               if kit_methods is None or m == "rtn" or m in kit_methods}
+    figures = "full-ladder" in methods and "hscale" in methods  # window and shift figures
+    not_wanted = set() if only is None else (
+        {c[0] for c in COMPETITORS + FUNCTIONS} | set(MODELOPT_CALIBRATORS)) - set(only)
     per = {m: {"heldout": [], "output": [], "seconds": []} for m in methods}
     competitor_rows: dict = {}
     window = {"0,16": [], "6,16": [], "6,16 p10": []}
@@ -142,6 +150,8 @@ def family_analyses(family: str, own: dict, subsets: int = SUBSETS,
                     seconds[method] += time.perf_counter() - start
                     errors[method]["heldout"].append(output_error(w, deq, Gh[module]))
                     errors[method]["output"].append(output_error(w, deq, G[module]))
+                if not figures:
+                    continue
                 h = np.diag(G[module]).copy()
                 base, top = errors["rtn"]["output"][-1], errors["full-ladder"]["output"][-1]
                 for U in (0, 6):
@@ -156,19 +166,19 @@ def family_analyses(family: str, own: dict, subsets: int = SUBSETS,
                     per[method][key].append(float(np.mean(
                         np.array(errors[method][key]) / np.array(errors["rtn"][key]))))
                 per[method]["seconds"].append(seconds[method])
-            for key, values in recovered.items():
+            for key, values in (recovered if figures else {}).items():
                 finite = np.array(values)[np.isfinite(values)]
                 window[key].append(float(np.median(finite)))
                 if key == "6,16":
                     window["6,16 p10"].append(float(np.percentile(finite, 10)))
-            for key, count in zip(("keep", "larger", "smaller"), counts):
+            for key, count in zip(("keep", "larger", "smaller"), counts if figures else ()):
                 shares[key].append(float(count / counts.sum()))
             if competitors:
                 done = {n for n, r in competitor_rows.items() if r.get("data_free")
                         or not r.get("ran")}
                 rows = head_to_head(model, progress=False,
-                                    skip=done | set(_BASELINES) | {HSCALE_ROW, BLOCK_ROW,
-                                                                   BASELINE_ROW})
+                                    skip=done | not_wanted | set(_BASELINES)
+                                    | {HSCALE_ROW, BLOCK_ROW, BASELINE_ROW})
                 for name, row in rows.items():
                     if name in (HSCALE_ROW, BLOCK_ROW, BASELINE_ROW):
                         continue
@@ -183,9 +193,9 @@ def family_analyses(family: str, own: dict, subsets: int = SUBSETS,
                     entry["output"].append(row["output"]["mean"])
                     entry["seconds"].append(row["seconds"])
             if progress:
-                print(f"  {family} subset {seed + 1}/{subsets}: H-Scale "
-                      f"{100 * (per['hscale']['heldout'][-1] - 1):+.2f}%, hscale-block "
-                      f"{100 * (per['hscale-block']['heldout'][-1] - 1):+.2f}%", flush=True)
+                print(f"  {family} subset {seed + 1}/{subsets}: " + ", ".join(
+                    f"{m} {100 * (per[m]['heldout'][-1] - 1):+.2f}%" for m in methods
+                    if m in ("hscale", "hscale-block")), flush=True)
     rows = {}
     for method, (data_free, _) in methods.items():
         rows[method] = _row(per[method], data_free)
@@ -196,8 +206,9 @@ def family_analyses(family: str, own: dict, subsets: int = SUBSETS,
     groups = sum(w.size // 16 for w in weights.values())
     return {"architecture": config.architectures[0], "layers": len(weights), "groups": groups,
             "experts": sum(".experts." in m for m in weights),
-            "rows": rows, "window": {k: interval(v) for k, v in window.items()},
-            "shift_shares": {k: interval(v) for k, v in shares.items()}}
+            "rows": rows,
+            "window": {k: interval(v) for k, v in window.items()} if figures else None,
+            "shift_shares": {k: interval(v) for k, v in shares.items()} if figures else None}
 
 
 #: Competitors that give min-max itself (the MiniLM head-to-head shows it): not repeated here.
