@@ -859,6 +859,18 @@ NO_VECTOR_CASE["HSCALE-CAL-2"] = (
     "a calibration statistic of a model (each Linear's input amax over the calibration tokens) "
     "and the fp32 chain from it to the activation scale: tested by tests/test_w4a4.py against "
     "independent hooks and a Fraction evaluation of the chain on all 2^23 significands")
+NO_VECTOR_CASE["NVFP4-CKPT-5"] = (
+    "a file container (the safetensors header, its offsets and the shard index), not a "
+    "quantizer's inputs and outputs; tested by tests/test_checkpoint_validation.py and the "
+    "checkpoint fuzzer (tests/test_checkpoint_fuzz.py) through `hscale check`")
+NO_VECTOR_CASE["NVFP4-CKPT-6"] = (
+    "a checkpoint against its own config (the architecture's Linears, shapes and counts), not a "
+    "quantizer's inputs and outputs; tested by tests/test_checkpoint_validation.py and the "
+    "checkpoint fuzzer through `hscale check`")
+NO_VECTOR_CASE["NVFP4-GGUF-2"] = (
+    "a file container (the GGUF header, its strings, types and offsets), not a quantizer's "
+    "inputs and outputs; tested by tests/test_checkpoint_validation.py and the checkpoint "
+    "fuzzer through `hscale check`")
 
 
 def clause_index(cases) -> dict[str, list[str]]:
