@@ -80,8 +80,9 @@ def check_device(device) -> None:
                          "here")
 
 
-def check_request(request: QuantizeRequest) -> None:
-    """Every option checked before any work (one clear error each)."""
+def check_request(request: QuantizeRequest):
+    """Every option checked before any work (one clear error each). Returns the backend it
+    checked, built once for the run (``hscale.backends.get`` of the resolved ``--backend``)."""
     pipeline_named(request.pipeline)
     check_choice("method", request.method, MODEL_METHODS)
     if request.format not in FORMATS:
@@ -124,6 +125,7 @@ def check_request(request: QuantizeRequest) -> None:
     ok, why = backend.available()
     if not ok:
         raise ValueError(f"--backend {request.backend}: not available here: {why}")
+    return backend
 
 
 def check_calibration_data(request: QuantizeRequest) -> None:

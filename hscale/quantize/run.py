@@ -56,9 +56,8 @@ NOT_IN_FINGERPRINT = ("force", "progress", "resume", "out")
 def quantize_model(request: QuantizeRequest | None = None, log=None, **options) -> QuantizeReport:
     """``hscale quantize``'s work (see the module docstring); options as QuantizeRequest's.
     ``log(line)`` gets the run's header and notes (nothing by default)."""
-    from hscale.backends import get
     request = request or QuantizeRequest(**options)
-    check_request(request)
+    backend = check_request(request)
     log = log or (lambda line: None)
     started = time.perf_counter()
     directory = model_directory(request)
@@ -91,7 +90,7 @@ def quantize_model(request: QuantizeRequest | None = None, log=None, **options) 
         c = SimpleNamespace(request=request, directory=directory, source=source, model=model,
                             inventory=found, plans=plans, layout=layout_named(request.format,
                                                                            request.scheme),
-                            backend=get(backend_name), ranks=ranks, report=report, log=log,
+                            backend=backend, ranks=ranks, report=report, log=log,
                             seconds=Counter(), timings={}, batches=None, output=None,
                             hidden_store=None)
         output = None
