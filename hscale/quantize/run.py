@@ -31,9 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections import Counter
 from dataclasses import asdict
-from types import SimpleNamespace
 
 from hscale import __version__
 from hscale.checkpoints import SafetensorsModel, copy_side_files, layout_named
@@ -42,6 +40,7 @@ from hscale.models.inventory import inventory
 from hscale.pipelines import AUTO_BACKEND_RULE, resolve_backend
 
 from .calibrate import calibration_batches, width_warnings
+from .context import RunContext
 from .distributed import Ranks
 from .plan import ignore_list, kept_tensors, plan_layers
 from .progress import Progress
@@ -87,12 +86,6 @@ def quantize_model(request: QuantizeRequest | None = None, log=None, **options) 
         report.kept = [asdict(k) for k in kept_tensors(source, plans, found)]
         report.path = ("block by block" if sequential else "whole model") + (
             f" on {ranks.world} processes" if ranks.distributed else "")
-        c = SimpleNamespace(request=request, directory=directory, source=source, model=model,
-                            inventory=found, plans=plans, layout=layout_named(request.format,
-                                                                           request.scheme),
-                            backend=backend, ranks=ranks, report=report, log=log,
-                            seconds=Counter(), timings={}, batches=None, output=None,
-                            hidden_store=None)
         output = None
         if ranks.main:  # --out checked (and an interrupted run adopted) before the header
             options = {k: v for k, v in asdict(request).items() if k not in NOT_IN_FINGERPRINT}
@@ -103,8 +96,11 @@ def quantize_model(request: QuantizeRequest | None = None, log=None, **options) 
             log(header_line(report, plans, found, backend_name, request.backend,
                             AUTO_BACKEND_RULE, ranks.world))
         path = ranks.broadcast(str(output.path) if output is not None else None)
-        c.output = output
-        c.hidden_store = HiddenStore(path) if sequential else None
+        c = RunContext(request=request, directory=directory, source=source, model=model,
+                       inventory=found, plans=plans,
+                       layout=layout_named(request.format, request.scheme), backend=backend,
+                       ranks=ranks, report=report, log=log, output=output,
+                       hidden_store=HiddenStore(path) if sequential else None)
         with output if output is not None else contextlib.nullcontext(), TermAsInterrupt():
             _run(c, sequential, started)
             if ranks.main:
@@ -114,11 +110,10 @@ def quantize_model(request: QuantizeRequest | None = None, log=None, **options) 
         ranks.close()
 
 
-def _run(c, sequential: bool, started: float) -> None:
+def _run(c: RunContext, sequential: bool, started: float) -> None:
     request = c.request
     c.seconds["plan"] = time.perf_counter() - started
     calibrating = needs_calibration(request) or request.report_errors
-    quantized = [p for p in c.plans if p.quantize]
     if sequential:
         from .sequential import SequentialRun
         if calibrating:
@@ -130,7 +125,7 @@ def _run(c, sequential: bool, started: float) -> None:
                 c.log(f"warning: {line}")
             c.seconds["calibration"] += time.perf_counter() - begun
         c.progress = Progress(request.progress and c.ranks.main,
-                              sum(p.weights for p in quantized), c.inventory.blocks)
+                              sum(p.weights for p in c.quantized), c.inventory.blocks)
         try:
             SequentialRun(c).run()
         finally:
@@ -140,7 +135,7 @@ def _run(c, sequential: bool, started: float) -> None:
         run_whole(c, calibrating)
 
 
-def _finish(c, output, started: float) -> None:
+def _finish(c: RunContext, output, started: float) -> None:
     from .sequential import block_summary
     report, request = c.report, c.request
     copy_side_files(c.directory, output.path)

@@ -19,6 +19,7 @@ from hscale.pipelines import PIPELINES
 
 from .activations import add_input_scale
 from .blocks import REPORT_H_BYTES, BlockCalibration
+from .context import RunContext
 from .layer import quantize_layer, set_global_scale
 from .plan import block_order, output_tensors
 
@@ -26,9 +27,8 @@ from .plan import block_order, output_tensors
 class SequentialRun:
     """Everything one run needs: set up by ``quantize_model`` (``run.py``)."""
 
-    def __init__(self, context):
-        self.c = context  # request, directory, source, model, inventory, plans, layout,
-        #                  backend, ranks, output, report, progress, log, batches
+    def __init__(self, context: RunContext):
+        self.c = context
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> None:

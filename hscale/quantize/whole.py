@@ -20,6 +20,7 @@ from hscale import __version__
 
 from .calibrate import calibrate, calibration_texts, refuse_whole_moe, width_warnings
 from .activations import add_input_scale
+from .context import RunContext
 from .layer import quantize_layer, set_global_scale
 from .plan import output_tensors
 from .progress import Progress
@@ -28,7 +29,7 @@ from .progress import Progress
 FULL_HESSIAN_BUDGET = 2 << 30
 
 
-def run_whole(c, calibrating: bool) -> None:
+def run_whole(c: RunContext, calibrating: bool) -> None:
     request, source, layout, report = c.request, c.source, c.layout, c.report
     quantized = [p for p in c.plans if p.quantize]
     modules = [p.module for p in quantized]
