@@ -176,12 +176,12 @@ def _calibrate_blocks(path: Path, directory, source, model, found, plans, reques
         calibration.start()
         for index in range(found.blocks):
             progress.block(index, "calibrating")
-            h, H = calibration.run_block(index, full)[:2]
-            _write_statistics(writer, groups[1 + index], h, H, full)
+            _write_statistics(writer, groups[1 + index], calibration.run_block(index, full),
+                              full)
             progress.advance(sum(p.weights for p in groups[1 + index]))
         if groups[-1]:
-            h, H = calibration.head_statistics(found.head, full)[:2]
-            _write_statistics(writer, groups[-1], h, H, full)
+            _write_statistics(writer, groups[-1], calibration.head_statistics(found.head, full),
+                              full)
         progress.close()
         writer.close()
         os.replace(temporary / "model.safetensors", path)
@@ -190,11 +190,11 @@ def _calibrate_blocks(path: Path, directory, source, model, found, plans, reques
     return facts
 
 
-def _write_statistics(writer, plans, h, H, full) -> None:
+def _write_statistics(writer, plans, stats, full) -> None:
     import numpy as np
     for plan in plans:
-        writer.write(f"h.{plan.module}", np.asarray(h.get(plan.module, np.zeros(plan.cols)),
-                                                    np.float64))
+        writer.write(f"h.{plan.module}", np.asarray(
+            stats.h.get(plan.module, np.zeros(plan.cols)), np.float64))
         if full:
             writer.write(f"H.{plan.module}", np.asarray(
-                H.get(plan.module, np.zeros((plan.cols, plan.cols))), np.float64))
+                stats.H.get(plan.module, np.zeros((plan.cols, plan.cols))), np.float64))

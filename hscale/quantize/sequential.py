@@ -14,6 +14,7 @@ import time
 from collections import Counter
 
 from hscale import __version__
+from hscale.calibration import LayerStatistics
 from hscale.checkpoints import ShardWriter
 from hscale.pipelines import PIPELINES
 
@@ -87,11 +88,11 @@ class SequentialRun:
                 c.seconds[f"calibration_{key}"] = value
 
     # -- steps -------------------------------------------------------------------------------
-    def _calibrate(self, calibration, index, plans):
+    def _calibrate(self, calibration, index, plans) -> LayerStatistics:
         c = self.c
         c.progress.block(index, "calibrating" if calibration is not None else "quantizing")
         if calibration is None:
-            return {}, {}, {}, {}, {}
+            return LayerStatistics()
         started = time.perf_counter()
         full = PIPELINES[c.request.pipeline].needs_full_hessian or \
             calibration.block_h_bytes(index, plans) <= REPORT_H_BYTES
@@ -99,24 +100,22 @@ class SequentialRun:
         c.seconds["calibration"] += time.perf_counter() - started
         return stats
 
-    def _head_statistics(self, calibration, plans):
+    def _head_statistics(self, calibration, plans) -> LayerStatistics:
         head = self.c.inventory.head
         if calibration is None:
-            return {}, {}, {}, {}, {}
+            return LayerStatistics()
         full = PIPELINES[self.c.request.pipeline].needs_full_hessian
-        h, H, tokens, amax = ({}, {}, {}, {})
-        for plan in plans:
-            if plan.module == head:
-                h, H, tokens, amax = calibration.head_statistics(plan.module, full)
-        fallbacks = {p.module: "outside the decoder blocks, not the head: no calibration "
-                               "input" for p in plans if p.module != head}
-        return h, H, tokens, fallbacks, amax
+        stats = LayerStatistics()
+        if any(plan.module == head for plan in plans):
+            stats = calibration.head_statistics(head, full)
+        stats.fallbacks.update({p.module: "outside the decoder blocks, not the head: no "
+                                          "calibration input" for p in plans if p.module != head})
+        return stats
 
-    def _quantize(self, index, plans, stats) -> dict:
+    def _quantize(self, index, plans, stats: LayerStatistics) -> dict:
         """{tensor name: array} of the block's quantized weights, on process 0 (each process
         quantizes its share; the entries go to the report)."""
         c = self.c
-        h, H, tokens, fallbacks, amax = stats
         c.progress.step("quantizing")
         owners = c.ranks.share_out([p.weights for p in plans])
         ceiling = PIPELINES[c.request.pipeline].scale_ceiling
@@ -140,9 +139,9 @@ class SequentialRun:
                 c.progress.advance(weights)
             tensors, entry = quantize_layer(
                 plan, weight, scales.get(plan.module), c.request, c.backend, c.layout,
-                h.get(plan.module), H.get(plan.module), tokens.get(plan.module),
-                fallbacks.get(plan.module), on_groups, c.timings)
-            add_input_scale(plan, tensors, entry, amax, c.layout)
+                stats.h.get(plan.module), stats.H.get(plan.module), stats.tokens.get(plan.module),
+                stats.fallbacks.get(plan.module), on_groups, c.timings)
+            add_input_scale(plan, tensors, entry, stats.amax, c.layout)
             del weight
             c.progress.advance(plan.weights - done[0])
             if index is not None:

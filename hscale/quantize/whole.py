@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from hscale.calibration import load_hessians
+from hscale.calibration import LayerStatistics, load_hessians
 from hscale.checkpoints import ShardWriter
 from hscale.pipelines import PIPELINES
 
@@ -34,17 +34,17 @@ def run_whole(c: RunContext, calibrating: bool) -> None:
     quantized = [p for p in c.plans if p.quantize]
     modules = [p.module for p in quantized]
     gptq = PIPELINES[request.pipeline].needs_full_hessian
-    h, H, amax = {}, {}, {}
+    stats = LayerStatistics()
     if request.hessian is not None:
-        h, H = load_hessians(request.hessian, modules, gptq, lazy=True)
+        stats.h, stats.H = load_hessians(request.hessian, modules, gptq, lazy=True)
         report.calibration = {"from": request.hessian}
     elif calibrating:
         refuse_whole_moe(c.plans)
         started = time.perf_counter()
         want_full = gptq or sum(p.cols ** 2 * 8 for p in quantized) <= FULL_HESSIAN_BUDGET
         texts = calibration_texts(request)
-        h, H, report.calibration = calibrate(c.directory, modules, request, want_full, texts,
-                                              amax)
+        stats.h, stats.H, report.calibration = calibrate(c.directory, modules, request,
+                                                          want_full, texts, stats.amax)
         report.warnings += width_warnings(c.plans, report.calibration["tokens"])
         for line in report.warnings:
             c.log(f"warning: {line}")
@@ -78,10 +78,10 @@ def run_whole(c: RunContext, calibrating: bool) -> None:
                 done[0] += weights
                 progress.advance(weights)
             tensors, entry = quantize_layer(plan, tensor, scales.get(plan.module), request,
-                                            c.backend, layout, h.get(plan.module),
-                                            H.get(plan.module), on_groups=on_groups,
+                                            c.backend, layout, stats.h.get(plan.module),
+                                            stats.H.get(plan.module), on_groups=on_groups,
                                             timings=c.timings)
-            add_input_scale(plan, tensors, entry, amax, layout)
+            add_input_scale(plan, tensors, entry, stats.amax, layout)
             for tensor_name, data in tensors.items():
                 writer.write(tensor_name, data)
             report.layers.append(entry)
