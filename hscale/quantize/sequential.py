@@ -18,10 +18,9 @@ from hscale.calibration import LayerStatistics
 from hscale.checkpoints import ShardWriter
 from hscale.pipelines import PIPELINES
 
-from .activations import add_input_scale
 from .blocks import REPORT_H_BYTES, BlockCalibration
 from .context import RunContext
-from .layer import quantize_layer, set_global_scale
+from .layer import quantize_planned
 from .plan import block_order, output_tensors
 
 
@@ -118,7 +117,6 @@ class SequentialRun:
         c = self.c
         c.progress.step("quantizing")
         owners = c.ranks.share_out([p.weights for p in plans])
-        ceiling = PIPELINES[c.request.pipeline].scale_ceiling
         scales: dict = {}
         mine: dict = {}
         entries: list = []
@@ -126,24 +124,9 @@ class SequentialRun:
         for count, plan in enumerate(plans):
             if owners[count] != c.ranks.rank:
                 continue
-            c.progress.tensor(count, len(plans), plan.module)
-            if plan.fused_with[0] not in scales and len(plan.fused_with) > 1:
-                s_g = set_global_scale(plan.fused_with, lambda m: c.source.array(f"{m}.weight"),
-                                       c.layout, ceiling)
-                scales.update({m: s_g for m in plan.fused_with})
             weight = c.source.array(f"{plan.module}.weight")
-            done = [0]
-
-            def on_groups(weights, done=done):
-                done[0] += weights
-                c.progress.advance(weights)
-            tensors, entry = quantize_layer(
-                plan, weight, scales.get(plan.module), c.request, c.backend, c.layout,
-                stats.h.get(plan.module), stats.H.get(plan.module), stats.tokens.get(plan.module),
-                stats.fallbacks.get(plan.module), on_groups, c.timings)
-            add_input_scale(plan, tensors, entry, stats.amax, c.layout)
+            tensors, entry = quantize_planned(c, plan, weight, scales, stats, (count, len(plans)))
             del weight
-            c.progress.advance(plan.weights - done[0])
             if index is not None:
                 entry["block"] = index
             mine.update(tensors)
