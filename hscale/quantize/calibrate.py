@@ -16,7 +16,8 @@ from hscale.models.inventory import inventory
 from hscale.models.loading import quiet_transformers
 
 from .plan import plan_layers
-from .request import QuantizeRequest, check_calibration_data, check_device, model_directory
+from .request import QuantizeRequest, check_calibration_data, check_device
+from .source import check_source, source_directory
 
 
 def calibration_texts(request: QuantizeRequest) -> list[str]:
@@ -121,7 +122,12 @@ def calibrate_to_file(request: QuantizeRequest, path, *, full: bool, force: bool
             raise ValueError(f"--{name.replace('_', '-')} {value}: must be a positive integer")
     check_calibration_data(request)
     check_device(request.device)
-    directory = model_directory(request)
+    check_source(request)
+    with source_directory(request) as directory:
+        return _calibrate_directory(path, directory, request, full)
+
+
+def _calibrate_directory(path: Path, directory: Path, request: QuantizeRequest, full: bool):
     source = SafetensorsModel(directory)
     model = meta_model(directory)
     found = inventory(directory, model)
