@@ -65,7 +65,8 @@ def _quantize(args) -> int:
                        block_size=args.block_size, act_order=args.act_order,
                        static_groups=args.static_groups, max_shard_bytes=args.max_shard_size,
                        force=args.force, report_errors=args.report_errors,
-                       sequential=args.sequential, resume=not args.no_resume)
+                       sequential=args.sequential, resume=not args.no_resume,
+                       keep_h=not args.no_keep_h)
     report = quantize_model(request, log=print)
     if report.rank:  # under torchrun: process 0 reports for all
         return EXIT_OK
@@ -156,6 +157,11 @@ def add_parsers(commands) -> None:
     quantize.add_argument("--no-resume", action="store_true",
                           help="start afresh even where an interrupted run of the same command "
                                "left its completed blocks (resumed by default)")
+    quantize.add_argument("--no-keep-h", action="store_true",
+                          help="H-Scale: do not keep the h it used beside the output (by "
+                               "default hscale-h.safetensors in the checkpoint, "
+                               "NAME.hscale-h.safetensors beside NAME.gguf: what hscale check "
+                               "--original needs to re-derive H-Scale's bytes)")
     quantize.add_argument("--quiet", action="store_true", help="no progress bars")
     add_calibration_options(quantize)
     quantize.set_defaults(func=_quantize)

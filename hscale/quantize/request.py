@@ -47,6 +47,7 @@ class QuantizeRequest:
     report_errors: bool = False  # calibrate for the H-weighted errors even when not needed
     sequential: str = "auto"  # "auto": block by block for decoders; "never": the whole model
     resume: bool = True  # adopt an interrupted run's partial output (same command)
+    keep_h: bool = True  # H-Scale: the h used, beside the output (quantize.kept)
 
 
 #: What ``--calibration-dtype`` takes: float32 (the default: the statistics of the model run in

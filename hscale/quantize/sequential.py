@@ -67,6 +67,7 @@ class SequentialRun:
         for index in range(first, c.inventory.blocks):
             block = [n for n in groups[1 + index] if n in planned]
             stats = self._calibrate(calibration, index, [planned[n] for n in block])
+            c.kept.add([planned[n] for n in block], stats)
             results = self._quantize(index, [planned[n] for n in block], stats)
             if ranks.main:
                 started = time.perf_counter()
@@ -77,6 +78,7 @@ class SequentialRun:
         head = [planned[n] for n in groups[-1] if n in planned]
         if head:
             stats = self._head_statistics(calibration, head)
+            c.kept.add(head, stats)
             results = self._quantize(None, head, stats)
             if ranks.main:
                 self._write(writer, groups[-1], results)

@@ -50,6 +50,7 @@ def run_whole(c: RunContext, calibrating: bool) -> None:
             c.log(f"warning: {line}")
         c.seconds["calibration"] += time.perf_counter() - started
 
+    c.kept.add(quantized, stats)
     writer = ShardWriter(c.output.path, output_tensors(source, c.plans, layout),
                          request.max_shard_bytes, {"producer": f"hscale-nvfp4 {__version__}"})
     replaced = {f"{p.module}.weight": p for p in quantized}
