@@ -56,3 +56,42 @@ def test_no_keep_h_and_methods_without_h_keep_nothing(llama, tmp_path):
     assert not (tmp_path / "no" / "hscale-h.safetensors").exists()
     assert not (tmp_path / "rtn" / "hscale-h.safetensors").exists()
     assert not any(p.name == "kept-h" for p in (tmp_path / "no").rglob("*"))
+
+
+@pytest.mark.clause("HSCALE-BLOCK-1")
+def test_hscale_block_is_offered_and_re_derived_from_the_blocks_it_keeps(llama, tmp_path):
+    """--method hscale-block block by block: the blocks it kept are the diagonal 16 x 16 blocks
+    of the whole model's X^T X (the whole-model collector, another route; equal to rounding),
+    hscale check re-derives every layer from them exactly, and they move bytes that hscale
+    (diagonal h) does not."""
+    from safetensors.numpy import load_file
+    from hscale.reference import diagonal_blocks
+    quantize_model(model_dir=str(llama), out=str(tmp_path / "block"), method="hscale-block",
+                   **OPTIONS)
+    kept = load_file(str(tmp_path / "block" / "hscale-h.safetensors"))
+    calibrate_to_file(QuantizeRequest(model_dir=str(llama), sequential="never", **OPTIONS),
+                      tmp_path / "H.safetensors", full=True, force=False)
+    whole = load_file(str(tmp_path / "H.safetensors"))
+    blocks = [k for k in kept if k.startswith("B.")]
+    assert len(blocks) == 14
+    for name in blocks:
+        expected = diagonal_blocks(whole["H." + name[2:]])
+        np.testing.assert_allclose(kept[name], expected, rtol=1e-12,
+                                   atol=1e-12 * float(np.abs(expected).max()), err_msg=name)
+    checked = check_checkpoint(tmp_path / "block", original=llama)
+    assert {layer.verdict for layer in checked.layers} == {"exact"}
+    assert {layer.recipe for layer in checked.layers} == {"hscale-block maxabs"}
+    quantize_model(model_dir=str(llama), out=str(tmp_path / "diag"), **OPTIONS)
+    from hscale.checkpoints import SafetensorsModel
+    a, b = SafetensorsModel(tmp_path / "block"), SafetensorsModel(tmp_path / "diag")
+    assert any(not np.array_equal(a.array(n), b.array(n)) for n in a.info
+               if n.endswith(".weight_scale"))
+
+
+@pytest.mark.clause("HSCALE-BLOCK-1")
+def test_hscale_block_on_the_whole_model_path(llama, tmp_path):
+    """--sequential never: the blocks come from the whole model's X^T X; check re-derives."""
+    quantize_model(model_dir=str(llama), out=str(tmp_path / "whole"), method="hscale-block",
+                   sequential="never", **OPTIONS)
+    checked = check_checkpoint(tmp_path / "whole", original=llama)
+    assert {layer.recipe for layer in checked.layers} == {"hscale-block maxabs"}

@@ -112,7 +112,8 @@ def add_parsers(commands) -> None:
                           help="rtn (max-abs init), 4over6 (4over6 init, C = 256), gptq")
     quantize.add_argument("--method", default="hscale", choices=METHODS,
                           help="the scale byte: rtn keeps the initial byte, scale-only searches "
-                               "with h = 1, hscale with h (default)")
+                               "with h = 1, hscale with h (default), hscale-block with the "
+                               "diagonal 16 x 16 blocks of X^T X (HSCALE-BLOCK-1)")
     quantize.add_argument("--format", default=None, choices=FORMATS + ("gguf",),
                           help="compressed-tensors (the default for a model directory), "
                                "modelopt, or gguf (the default for a GGUF model: a GGUF NVFP4 "

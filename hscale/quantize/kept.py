@@ -2,7 +2,8 @@
 re-derive every layer exactly (H-Scale's bytes depend on h, which neither the checkpoint nor the
 original model holds).
 
-It is the file ``hscale calibrate`` writes (``h.MODULE`` float64, ``hscale.calibration.hessians``),
+It is the file ``hscale calibrate`` writes (``h.MODULE`` float64, ``hscale.calibration.hessians``;
+for ``hscale-block`` also ``B.MODULE``, the diagonal 16 x 16 blocks of H),
 named ``hscale-h.safetensors`` inside a checkpoint directory and ``NAME.hscale-h.safetensors``
 beside a GGUF file ``NAME.gguf``: one float64 per input column of each quantized weight
 (Llama-3-8B: 10 MB beside 5.6 GB; SmolLM2-135M: 1.3 MB). While the run goes, each weight's h is
@@ -40,14 +41,17 @@ class KeptH:
         self.directory = Path(partial) / PENDING_DIR if enabled else None
 
     def add(self, plans, stats) -> None:
-        """The h of ``plans`` (LayerPlans) that ``stats`` (LayerStatistics) holds."""
+        """The h of ``plans`` (LayerPlans) that ``stats`` (LayerStatistics) holds, and the
+        diagonal 16 x 16 blocks of H where it holds them (hscale-block)."""
         if self.directory is None:
             return
         self.directory.mkdir(exist_ok=True)
         for plan in plans:
-            h = stats.h.get(plan.module)
-            if h is not None:
-                np.save(self.directory / f"{plan.module}.npy", np.asarray(h, np.float64))
+            for kind, table in (("h", stats.h), ("B", stats.blocks)):
+                value = table.get(plan.module)
+                if value is not None:
+                    np.save(self.directory / f"{kind}.{plan.module}.npy",
+                            np.asarray(value, np.float64))
 
     def write(self, path, facts: dict) -> Path | None:
         """The file of every saved h (``save_hessians``'s format) at ``path``; the pending
@@ -55,10 +59,13 @@ class KeptH:
         if self.directory is None or not self.directory.is_dir():
             return None
         from hscale.calibration import save_hessians
-        h = {entry.name.removesuffix(".npy"): np.load(entry)
-             for entry in sorted(self.directory.glob("*.npy"))}
+        kept = {"h": {}, "B": {}}
+        for entry in sorted(self.directory.glob("*.npy")):
+            kind, _, module = entry.name.removesuffix(".npy").partition(".")
+            kept[kind][module] = np.load(entry)
         shutil.rmtree(self.directory)
-        if not h:
+        if not kept["h"] and not kept["B"]:
             return None
-        save_hessians(path, h, {}, {**facts, "kept_by": "hscale quantize", "layers": len(h)})
+        save_hessians(path, kept["h"], {}, {**facts, "kept_by": "hscale quantize",
+                                            "layers": len(kept["h"])}, blocks=kept["B"])
         return Path(path)

@@ -111,7 +111,7 @@ def _quantize_directory(request: QuantizeRequest, backend, directory, log, start
                        backend=backend, ranks=ranks, report=report, log=log, output=output,
                        hidden_store=HiddenStore(path) if sequential else None,
                        kept=KeptH(path, ranks.main and request.keep_h
-                                  and request.method == "hscale"))
+                                  and request.method in ("hscale", "hscale-block")))
         with output if output is not None else contextlib.nullcontext(), TermAsInterrupt():
             _run(c, sequential, started)
             if ranks.main:

@@ -97,7 +97,7 @@ class SequentialRun:
         started = time.perf_counter()
         full = PIPELINES[c.request.pipeline].needs_full_hessian or \
             calibration.block_h_bytes(index, plans) <= REPORT_H_BYTES
-        stats = calibration.run_block(index, full)
+        stats = calibration.run_block(index, full, c.request.method == "hscale-block")
         c.seconds["calibration"] += time.perf_counter() - started
         return stats
 
@@ -108,7 +108,8 @@ class SequentialRun:
         full = PIPELINES[self.c.request.pipeline].needs_full_hessian
         stats = LayerStatistics()
         if any(plan.module == head for plan in plans):
-            stats = calibration.head_statistics(head, full)
+            stats = calibration.head_statistics(head, full,
+                                                self.c.request.method == "hscale-block")
         stats.fallbacks.update({p.module: "outside the decoder blocks, not the head: no "
                                           "calibration input" for p in plans if p.module != head})
         return stats
