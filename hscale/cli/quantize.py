@@ -66,6 +66,7 @@ def _quantize(args) -> int:
                        block_size=args.block_size, act_order=args.act_order,
                        static_groups=args.static_groups, max_shard_bytes=args.max_shard_size,
                        force=args.force, report_errors=args.report_errors,
+                       no_report=args.no_report,
                        sequential=args.sequential, resume=not args.no_resume,
                        keep_h=not args.no_keep_h)
     report = quantize_model(request, log=print)
@@ -151,8 +152,14 @@ def add_parsers(commands) -> None:
     quantize.add_argument("--max-shard-size", type=size, default="2GB",
                           help="largest output shard (default 2GB)")
     quantize.add_argument("--report-errors", action="store_true",
-                          help="calibrate for the report's H-weighted errors even when the "
-                               "method does not need h")
+                          help="the report's errors in full: calibrate for the H-weighted "
+                               "errors even when the method does not need h, and collect the "
+                               "full X^T X where it fits for each layer's output error "
+                               "Tr(dW G dW^T) (tokens x n^2 multiply-adds per input: more than "
+                               "the search)")
+    quantize.add_argument("--no-report", action="store_true",
+                          help="no per-layer errors against RTN (the report keeps the shifts "
+                               "chosen, what was kept, the times)")
     quantize.add_argument("--force", action="store_true",
                           help="replace an existing output directory")
     quantize.add_argument("--sequential", choices=("auto", "never"), default="auto",

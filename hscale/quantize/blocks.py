@@ -18,8 +18,9 @@ from hscale.calibration import LayerStatistics
 from hscale.calibration.blocks import BlockStatistics
 from hscale.models.decoder import SequentialDecoder, reference_block_input
 
-#: Below this many bytes of float64 H per block the full H is collected even when the pipeline
-#: does not need it, for the report's output error Tr(dW H dW^T) (small models).
+#: With --report-errors, below this many bytes of float64 H per block the full H is collected
+#: even when the pipeline does not need it, for the report's output error Tr(dW H dW^T): it
+#: costs tokens x n^2 float64 multiply-adds per distinct input, more than the search.
 REPORT_H_BYTES = 64 << 20
 
 

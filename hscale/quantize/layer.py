@@ -12,7 +12,7 @@ import numpy as np
 
 from hscale.calibration import LayerStatistics
 from hscale.checkpoints import layout_named
-from hscale.evaluation.quality import layer_quality, rounding_quality
+from hscale.evaluation.quality import layer_quality, rounding_quality, shift_histogram
 from hscale.pipelines import PIPELINES, quantize_weight
 from hscale.reference import GROUP_SIZE, QuantizedWeight, compute_global_scale
 from hscale.reference.quantize import encode_groups
@@ -97,8 +97,9 @@ def quantize_layer(plan, weight, global_scale, request, backend, layout, h=None,
         note = (fallback or "no calibration token reached it") + ": the scale-only search (h = 1)"
     try:
         result = quantize_weight(
-            weight, blocks if method == "hscale-block" else h, pipeline=pipeline, method=method, backend=backend, hessian=H,
-            global_scale=global_scale, K=request.K, U=request.U, damp=request.damp,
+            weight, blocks if method == "hscale-block" else h, pipeline=pipeline,
+            method=method, backend=backend, hessian=H, global_scale=global_scale,
+            K=request.K, U=request.U, damp=request.damp,
             block_size=request.block_size, act_order=request.act_order,
             static_groups=request.static_groups, on_groups=on_groups)
     except ValueError as exc:
@@ -116,7 +117,9 @@ def quantize_layer(plan, weight, global_scale, request, backend, layout, h=None,
     if method != request.method:
         entry["method"] = method
     chosen = PIPELINES[pipeline]
-    if H is None and chosen.rederivable and chosen.init == "maxabs" \
+    if request.no_report:  # --no-report: no errors against RTN, the chosen shifts only
+        entry.update(shift_histogram(result))
+    elif H is None and chosen.rederivable and chosen.init == "maxabs" \
             and result.initial_bytes is not None:
         # RTN's bytes are the result's initial bytes: both errors from the group objectives,
         # on the backend's own steps where it has them
@@ -128,7 +131,8 @@ def quantize_layer(plan, weight, global_scale, request, backend, layout, h=None,
                                                                    backend), h, H))
     if timings is not None:
         timings["search"] = timings.get("search", 0.0) + searched - started
-        timings["errors"] = timings.get("errors", 0.0) + time.perf_counter() - searched
+        if not request.no_report:
+            timings["errors"] = timings.get("errors", 0.0) + time.perf_counter() - searched
     return tensors, entry
 
 

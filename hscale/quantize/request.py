@@ -45,7 +45,8 @@ class QuantizeRequest:
     progress: bool = True
     device: str | None = None  # calibration device ("cpu", "cuda", "auto" for accelerate)
     calibration_dtype: str = "float32"  # the dtype the calibration forward runs in
-    report_errors: bool = False  # calibrate for the H-weighted errors even when not needed
+    report_errors: bool = False  # calibrate (h, and G where it fits) for the report's errors
+    no_report: bool = False  # no per-layer errors against RTN (the shifts only)
     sequential: str = "auto"  # "auto": block by block for decoders; "never": the whole model
     resume: bool = True  # adopt an interrupted run's partial output (same command)
     keep_h: bool = True  # H-Scale: the h used, beside the output (quantize.kept)
@@ -108,6 +109,9 @@ def check_request(request: QuantizeRequest):
     if request.method == "hscale-block" and request.pipeline == "gptq":
         raise ValueError("--pipeline gptq --method hscale-block: GPTQ's sweep scores each group "
                          "with h = diag(H) (spec HSCALE-GPTQ-1); use --method hscale")
+    if request.no_report and request.report_errors:
+        raise ValueError("--no-report with --report-errors: one asks for no per-layer errors, "
+                         "the other for more of them; give one")
     if request.static_groups and request.pipeline != "gptq":
         raise ValueError("--static-groups: only the gptq pipeline has groups to fix up front")
     if request.act_order and request.pipeline != "gptq":

@@ -96,8 +96,8 @@ class SequentialRun:
         if calibration is None:
             return LayerStatistics()
         started = time.perf_counter()
-        full = PIPELINES[c.request.pipeline].needs_full_hessian or \
-            calibration.block_h_bytes(index, plans) <= REPORT_H_BYTES
+        full = PIPELINES[c.request.pipeline].needs_full_hessian or (
+            c.request.report_errors and calibration.block_h_bytes(index, plans) <= REPORT_H_BYTES)
         stats = calibration.run_block(index, full, c.request.method == "hscale-block")
         c.seconds["calibration"] += time.perf_counter() - started
         return stats

@@ -27,7 +27,8 @@ from .layer import quantize_planned
 from .plan import output_tensors
 from .progress import Progress
 
-#: Bytes of float64 G kept for the report when the pipeline does not need it.
+#: Bytes of float64 G kept for the report (with --report-errors) when the pipeline does not
+#: need it.
 FULL_HESSIAN_BUDGET = 2 << 30
 
 
@@ -49,8 +50,8 @@ def run_whole(c: RunContext, calibrating: bool) -> None:
     elif calibrating:
         refuse_whole_moe(c.plans)
         started = time.perf_counter()
-        want_full = gptq or block or \
-            sum(p.cols ** 2 * 8 for p in quantized) <= FULL_HESSIAN_BUDGET
+        want_full = gptq or block or (request.report_errors and sum(
+            p.cols ** 2 * 8 for p in quantized) <= FULL_HESSIAN_BUDGET)
         texts = calibration_texts(request)
         stats.h, stats.H, report.calibration = calibrate(c.directory, modules, request,
                                                           want_full, texts, stats.amax)
