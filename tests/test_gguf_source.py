@@ -89,7 +89,7 @@ def test_its_forward_and_tokenizer_run(tiny_gguf):
     _, path = tiny_gguf
     loaded = load_gguf_model(path)
     ids = loaded.tokenizer("Hello there", return_tensors="pt")["input_ids"]
-    assert ids.shape[1] >= len("Hello there")
+    assert ids.shape[1] >= len("Hello there") - 1  # bytes, " t" merged
     with torch.no_grad():
         logits = loaded.model(ids).logits
     assert logits.shape == (1, ids.shape[1], 512) and bool(torch.isfinite(logits).all())

@@ -57,6 +57,12 @@ def write_model_directory(path, directory, max_shard_bytes: int = DEFAULT_MAX_SH
     """The GGUF model file ``path`` as a Hugging Face model directory ``directory`` (created,
     or an existing empty one); see the module docstring. A file that cannot be read raises
     ``hscale.models.gguf_source.GGUFSourceError`` (one line) before anything is written."""
+    from hscale.models.gguf_source import shared_gguf_reader
+    with shared_gguf_reader():  # one parse of the file's header for all that follows
+        return _write_model_directory(path, directory, max_shard_bytes)
+
+
+def _write_model_directory(path, directory, max_shard_bytes: int) -> GGUFDirectory:
     import torch
     from hscale.models.architecture import saved_state
     from hscale.models.gguf_source import load_gguf_model, read_gguf_header
