@@ -158,3 +158,14 @@ def test_smollm2_q4_1_is_transformers_dequantized_q4_1():
             continue
         gguf_name = names.get_name(name, try_suffixes=(".weight",))
         np.testing.assert_array_equal(value.numpy(), expected[gguf_name], err_msg=name)
+
+
+def test_a_model_transformers_builds_unlike_the_file_is_refused(tmp_path):
+    """transformers 5.17's GGUF config mapping leaves qwen3's attention.key_length out: a
+    Qwen3 of head_dim 32 (the suite's small shape; the released ones have 128, the default)
+    gets config.head_dim 128 beside 128 x 128 query weights. Refused, never used."""
+    path = write_gguf_model(written(tmp_path, "qwen3"), tmp_path / "qwen3.gguf")
+    with pytest.raises(GGUFSourceError) as caught:
+        load_gguf_model(path)
+    assert "GGUF loading gives model.layers.0.self_attn.q_proj.weight the shape (128, 128), " \
+           "its config (512, 128)" in str(caught.value)

@@ -172,4 +172,20 @@ def _load(header: GGUFHeader, dtype: str, torch, transformers) -> GGUFModel:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise GGUFSourceError(f"{path}: transformers {transformers.__version__} cannot load it "
                               f"({first})") from None
+    _check_shapes(model, path, torch, transformers)
     return GGUFModel(model.eval(), tokenizer, header)
+
+
+def _check_shapes(model, path: Path, torch, transformers) -> None:
+    """The loaded weights must have the shapes the model's config gives them: transformers'
+    GGUF config mapping misses some keys (qwen3's attention.key_length: a head_dim other than
+    its default), and then loads weights its config does not describe, silently."""
+    with torch.device("meta"), quiet_transformers():
+        expected = type(model)(model.config).state_dict()
+    for name, tensor in model.state_dict().items():
+        if name in expected and tuple(expected[name].shape) != tuple(tensor.shape):
+            raise GGUFSourceError(
+                f"{path}: transformers {transformers.__version__}'s GGUF loading gives "
+                f"{name} the shape {tuple(tensor.shape)}, its config "
+                f"{tuple(expected[name].shape)} (a key of the file it does not map to the "
+                "config): the model it builds is not the file's")
