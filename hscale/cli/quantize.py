@@ -184,8 +184,9 @@ def add_parsers(commands) -> None:
                           "hscale quantize --hessian",
         description="Run the calibration text through a model and write h (and H) per Linear, "
                     "so that calibration and quantization can run on different machines.")
-    calibrate.add_argument("model_dir", nargs="?", default=None, metavar="MODEL_DIR",
-                           help="a Hugging Face model directory (default: the bundled MiniLM)")
+    calibrate.add_argument("model_dir", nargs="?", default=None, metavar="MODEL",
+                           help="a Hugging Face model directory or a GGUF model file (default: "
+                                "the bundled MiniLM)")
     calibrate.add_argument("--out", required=True, help="the .safetensors file to write")
     calibrate.add_argument("--full", action="store_true",
                            help="also the full H = X^T X per layer (gptq needs it)")
