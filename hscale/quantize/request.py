@@ -178,15 +178,3 @@ def check_imatrix_request(request: QuantizeRequest) -> None:
 def needs_calibration(request: QuantizeRequest) -> bool:
     return (request.method in ("hscale", "hscale-block") or request.pipeline == "gptq"
             or request.scheme == "w4a4")
-
-
-def model_directory(request: QuantizeRequest) -> Path:
-    if request.model_dir is None:
-        from hscale.models.minilm import minilm_model_dir
-        return minilm_model_dir()
-    directory = Path(request.model_dir)
-    if not directory.is_dir():
-        raise ValueError(f"{directory}: no such model directory")
-    if not (directory / "config.json").is_file():
-        raise ValueError(f"{directory}: no config.json (not a Hugging Face model directory)")
-    return directory

@@ -74,13 +74,25 @@ def check_gguf_output(request) -> None:
                          "bert graph runs without applying the FFN's .scale (spec NVFP4-GGUF-1)")
 
 
+def model_directory(request) -> Path:
+    """The request's Hugging Face model directory (the bundled MiniLM's without one), checked."""
+    if request.model_dir is None:
+        from hscale.models.minilm import minilm_model_dir
+        return minilm_model_dir()
+    directory = Path(request.model_dir)
+    if not directory.is_dir():
+        raise ValueError(f"{directory}: no such model directory")
+    if not (directory / "config.json").is_file():
+        raise ValueError(f"{directory}: no config.json (not a Hugging Face model directory)")
+    return directory
+
+
 @contextlib.contextmanager
 def source_directory(request, log=None):
     """The Hugging Face model directory the run reads: the request's own, the bundled MiniLM's,
     or, for a GGUF model file, a hidden temporary directory written from it beside the output
     (removed when the run ends, whatever way it ends)."""
     if not is_gguf_source(request):
-        from .request import model_directory
         yield model_directory(request)
         return
     from hscale.checkpoints.from_gguf import temporary_model_directory
