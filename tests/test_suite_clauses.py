@@ -139,11 +139,12 @@ SPEC_CONTENTS = {
     # 1.5: the run-time activation quantizer as a judged kind, its recipes (NVFP4-ACT-5 ..
     # -11), the block-scaled GEMM (section 10, NVFP4-GEMM-1 .. -8), the containers a checkpoint
     # reader validates (NVFP4-CKPT-5, NVFP4-GGUF-2) and a checkpoint against its own config
-    # (NVFP4-CKPT-6)
+    # (NVFP4-CKPT-6), h from a llama.cpp importance matrix (HSCALE-CAL-3)
     "1.5": {"clauses": set(SPEC_1_0_CLAUSES) | {"NVFP4-ACT-1", "NVFP4-ACT-2", "NVFP4-ACT-3",
                                                 "NVFP4-ACT-4", "NVFP4-GGUF-1", "HSCALE-BLOCK-1",
                                                 "NVFP4-IN-6", "HSCALE-CAL-2", "NVFP4-CKPT-4",
-                                                "NVFP4-CKPT-5", "NVFP4-CKPT-6", "NVFP4-GGUF-2"}
+                                                "NVFP4-CKPT-5", "NVFP4-CKPT-6", "NVFP4-GGUF-2",
+                                                "HSCALE-CAL-3"}
             | {f"NVFP4-ACT-{k}" for k in range(5, 12)}
             | {f"NVFP4-GEMM-{k}" for k in range(1, 9)},
             "allowances": set(SPEC_1_0_ALLOWANCES) | {"supplied-reciprocal"}},

@@ -5,6 +5,7 @@ docs/quantize.md; a maintainer script, never run by the test suite or CI).
     python tools/llm_bench.py run    MODEL --out OUT [-- hscale quantize options...]
     python tools/llm_bench.py check  CKPT --original MODEL [-- hscale check options...]
     python tools/llm_bench.py logits MODEL CKPT [--texts 4]
+    python tools/llm_bench.py pair   MODEL --out DIR [--repeat 2] [-- hscale quantize options...]
 
 ``write``: a seeded synthetic decoder of a preset shape (``llama8b``: Meta-Llama-3-8B's, 32
 blocks, 16.06 GB bfloat16; ``qwen3moe``: Qwen3-30B-A3B's blocks with 64 experts, top 8),
@@ -14,6 +15,14 @@ blocks (the same values: a tensor's depend only on its name and the seed).
 ``run`` / ``check``: the command in a fresh process, as a user runs it; wall time and peak
 resident memory (the child's ``ru_maxrss`` from ``os.wait4``: the interpreter, torch and
 transformers included), the phases from the quantization report; one JSON line on stdout.
+
+``pair``: RTN (``--method rtn``) and H-Scale (the default method, calibration included) in
+turn, ``--repeat`` times each, every run a fresh process of ``run``'s kind on the same machine in
+the same minutes: the same-run ratio of their wall times, and each run's phases and peak RSS
+(the figures of docs/performance.md, "H-Scale against RTN on a real decoder"). MODEL is a
+Hugging Face directory: a GGUF model is written as one first
+(``hscale.checkpoints.from_gguf.write_model_directory``, as tools/imatrix_compare.py does), so
+that reading the GGUF file is timed in neither run.
 
 ``logits``: the model's logits on the first ``--texts`` bundled texts (byte tokens), the
 original's against the checkpoint decoded by the kit (NVFP4-DEQ-1, experts put into their
@@ -71,6 +80,21 @@ def run(args, rest) -> dict:
     return result
 
 
+def pair(args, rest) -> dict:
+    """RTN and H-Scale in turn (``run``), ``--repeat`` times; the wall-time ratios."""
+    runs = []
+    for attempt in range(args.repeat):
+        for method in ("rtn", "hscale"):
+            one = argparse.Namespace(model=args.model, out=str(Path(args.out) / method))
+            result = run(one, [*rest, "--method", method])
+            result.update(method=method, attempt=attempt)
+            print(json.dumps(result), file=sys.stderr, flush=True)
+            runs.append(result)
+    by = {m: [r["seconds"] for r in runs if r["method"] == m] for m in ("rtn", "hscale")}
+    return {"runs": runs, "ratios": [h / r for r, h in zip(by["rtn"], by["hscale"])],
+            "returncode": max(r["returncode"] for r in runs)}
+
+
 def check(args, rest) -> dict:
     argv = [sys.executable, "-m", "hscale", "check", args.checkpoint, "--original",
             args.original, "--json", str(Path(args.checkpoint).parent / "check.json"), *rest]
@@ -125,6 +149,10 @@ def main(argv=None) -> int:
     c = commands.add_parser("check")
     c.add_argument("checkpoint")
     c.add_argument("--original", required=True)
+    p = commands.add_parser("pair")
+    p.add_argument("model")
+    p.add_argument("--out", required=True)
+    p.add_argument("--repeat", type=int, default=2)
     g = commands.add_parser("logits")
     g.add_argument("model")
     g.add_argument("checkpoint")
@@ -132,7 +160,8 @@ def main(argv=None) -> int:
     g.add_argument("--seq-len", type=int, default=128)
     args = parser.parse_args(argv)
     result = {"write": lambda: write(args), "run": lambda: run(args, rest),
-              "check": lambda: check(args, rest), "logits": lambda: logits(args)}[args.command]()
+              "check": lambda: check(args, rest), "logits": lambda: logits(args),
+              "pair": lambda: pair(args, rest)}[args.command]()
     print(json.dumps({"command": args.command, **result}))
     return 0 if result.get("returncode", 0) == 0 else 1
 

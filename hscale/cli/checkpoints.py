@@ -58,8 +58,10 @@ def add_parsers(commands) -> None:
                     "with --original, classify every layer as exact, faithful (with the "
                     "allowances it needs) or format-conformant (docs/checkpoints.md).")
     check.add_argument("checkpoint", metavar="CKPT_DIR", help="the checkpoint directory")
-    check.add_argument("--original", metavar="MODEL_DIR",
-                       help="the model it was quantized from, to re-derive every layer")
+    check.add_argument("--original", metavar="MODEL",
+                       help="the model it was quantized from (a directory, or a GGUF model "
+                            "file), to re-derive every layer (with the h hscale quantize kept "
+                            "beside the checkpoint, H-Scale's too)")
     check.add_argument("--hessian", metavar="FILE",
                        help="h (and H) from hscale calibrate: H-Scale is then tried exactly, "
                             "and each layer's output error is compared with RTN's")

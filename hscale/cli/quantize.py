@@ -54,19 +54,27 @@ def _request(args, **overrides):
 def _quantize(args) -> int:
     from hscale.models import DEFAULT_IGNORE
     from hscale.quantize import REPORT_NAME, format_summary, quantize_model
+    from hscale.quantize.source import gguf_side_file
     ignore = tuple(args.ignore) if args.ignore is not None else DEFAULT_IGNORE
-    request = _request(args, out=args.out, pipeline=args.pipeline, method=args.method,
-                       format=args.format, scheme=args.scheme, backend=args.backend, K=args.K,
-                       U=args.U, ignore=ignore, hessian=args.hessian, damp=args.damp,
+    gguf_in = args.model_dir is not None and Path(args.model_dir).is_file()
+    fmt = args.format or ("gguf" if gguf_in else "compressed-tensors")
+    out = args.out or ("nvfp4-model.gguf" if fmt == "gguf" else "nvfp4-model")
+    request = _request(args, out=out, pipeline=args.pipeline, method=args.method,
+                       format=fmt, scheme=args.scheme, backend=args.backend, K=args.K,
+                       U=args.U, ignore=ignore, hessian=args.hessian, imatrix=args.imatrix,
+                       damp=args.damp,
                        block_size=args.block_size, act_order=args.act_order,
                        static_groups=args.static_groups, max_shard_bytes=args.max_shard_size,
                        force=args.force, report_errors=args.report_errors,
-                       sequential=args.sequential, resume=not args.no_resume)
+                       no_report=args.no_report,
+                       sequential=args.sequential, resume=not args.no_resume,
+                       keep_h=not args.no_keep_h)
     report = quantize_model(request, log=print)
     if report.rank:  # under torchrun: process 0 reports for all
         return EXIT_OK
     print(format_summary(report))
-    print(f"\nwritten: {report.out} (report: {Path(report.out) / REPORT_NAME})")
+    where = gguf_side_file(out, "report") if fmt == "gguf" else Path(report.out) / REPORT_NAME
+    print(f"\nwritten: {report.out} (report: {where})")
     return EXIT_OK
 
 
@@ -90,20 +98,29 @@ def add_parsers(commands) -> None:
     quantize = commands.add_parser(
         "quantize", help="quantize a Hugging Face model into an NVFP4 checkpoint engines load "
                          "(default: the bundled all-MiniLM-L6-v2)",
-        description="Quantize every Linear of a Hugging Face model directory with a pipeline "
-                    "(rtn, 4over6, gptq) and a scale method (rtn, scale-only, hscale) and write "
-                    "a compressed-tensors or ModelOpt NVFP4 checkpoint (docs/quantize.md).")
-    quantize.add_argument("model_dir", nargs="?", default=None, metavar="MODEL_DIR",
-                          help="a Hugging Face model directory with safetensors weights "
-                               "(default: the bundled all-MiniLM-L6-v2)")
-    quantize.add_argument("--out", default="nvfp4-model", help="output directory "
-                                                               "(default nvfp4-model)")
+        description="Quantize every Linear of a Hugging Face model directory or a GGUF model "
+                    "file with a pipeline (rtn, 4over6, gptq) and a scale method (rtn, "
+                    "scale-only, hscale) and write a compressed-tensors or ModelOpt NVFP4 "
+                    "checkpoint, or a GGUF NVFP4 file llama.cpp runs (docs/quantize.md).")
+    quantize.add_argument("model_dir", nargs="?", default=None, metavar="MODEL",
+                          help="a Hugging Face model directory with safetensors weights, or a "
+                               "GGUF model file (any architecture transformers reads from GGUF; "
+                               "dequantized by transformers' GGUF loading); default: the "
+                               "bundled all-MiniLM-L6-v2")
+    quantize.add_argument("--out", default=None,
+                          help="output directory (default nvfp4-model), or with --format gguf "
+                               "the .gguf file (default nvfp4-model.gguf)")
     quantize.add_argument("--pipeline", default="rtn", choices=tuple(PIPELINES),
                           help="rtn (max-abs init), 4over6 (4over6 init, C = 256), gptq")
     quantize.add_argument("--method", default="hscale", choices=METHODS,
                           help="the scale byte: rtn keeps the initial byte, scale-only searches "
-                               "with h = 1, hscale with h (default)")
-    quantize.add_argument("--format", default="compressed-tensors", choices=FORMATS)
+                               "with h = 1, hscale with h (default), hscale-block with the "
+                               "diagonal 16 x 16 blocks of X^T X (HSCALE-BLOCK-1)")
+    quantize.add_argument("--format", default=None, choices=FORMATS + ("gguf",),
+                          help="compressed-tensors (the default for a model directory), "
+                               "modelopt, or gguf (the default for a GGUF model: a GGUF NVFP4 "
+                               "file llama.cpp runs, carrying a GGUF source's tokenizer, "
+                               "metadata and unquantized tensors as stored)")
     quantize.add_argument("--scheme", default="w4a16", choices=SCHEMES,
                           help="w4a16 (default): NVFP4 weights, activations kept; w4a4: also "
                                "each Linear's activation scale from its calibrated input amax "
@@ -121,6 +138,10 @@ def add_parsers(commands) -> None:
                                "name component, or re:REGEX (repeatable; default: lm_head)")
     quantize.add_argument("--hessian", metavar="FILE",
                           help="h (and H for gptq) from hscale calibrate instead of calibrating")
+    quantize.add_argument("--imatrix", metavar="FILE",
+                          help="h from a llama.cpp importance matrix (llama-imatrix's GGUF file "
+                               "or legacy .dat; its tensor names mapped to the model's, experts "
+                               "by column, spec HSCALE-CAL-3) instead of calibrating")
     quantize.add_argument("--damp", type=float, default=DEFAULT_DAMP, help="gptq: relative damping")
     quantize.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE,
                           help="gptq: columns per lazy update block")
@@ -131,8 +152,14 @@ def add_parsers(commands) -> None:
     quantize.add_argument("--max-shard-size", type=size, default="2GB",
                           help="largest output shard (default 2GB)")
     quantize.add_argument("--report-errors", action="store_true",
-                          help="calibrate for the report's H-weighted errors even when the "
-                               "method does not need h")
+                          help="the report's errors in full: calibrate for the H-weighted "
+                               "errors even when the method does not need h, and collect the "
+                               "full X^T X where it fits for each layer's output error "
+                               "Tr(dW G dW^T) (tokens x n^2 multiply-adds per input: more than "
+                               "the search)")
+    quantize.add_argument("--no-report", action="store_true",
+                          help="no per-layer errors against RTN (the report keeps the shifts "
+                               "chosen, what was kept, the times)")
     quantize.add_argument("--force", action="store_true",
                           help="replace an existing output directory")
     quantize.add_argument("--sequential", choices=("auto", "never"), default="auto",
@@ -143,6 +170,11 @@ def add_parsers(commands) -> None:
     quantize.add_argument("--no-resume", action="store_true",
                           help="start afresh even where an interrupted run of the same command "
                                "left its completed blocks (resumed by default)")
+    quantize.add_argument("--no-keep-h", action="store_true",
+                          help="H-Scale: do not keep the h it used beside the output (by "
+                               "default hscale-h.safetensors in the checkpoint, "
+                               "NAME.hscale-h.safetensors beside NAME.gguf: what hscale check "
+                               "--original needs to re-derive H-Scale's bytes)")
     quantize.add_argument("--quiet", action="store_true", help="no progress bars")
     add_calibration_options(quantize)
     quantize.set_defaults(func=_quantize)
@@ -152,8 +184,9 @@ def add_parsers(commands) -> None:
                           "hscale quantize --hessian",
         description="Run the calibration text through a model and write h (and H) per Linear, "
                     "so that calibration and quantization can run on different machines.")
-    calibrate.add_argument("model_dir", nargs="?", default=None, metavar="MODEL_DIR",
-                           help="a Hugging Face model directory (default: the bundled MiniLM)")
+    calibrate.add_argument("model_dir", nargs="?", default=None, metavar="MODEL",
+                           help="a Hugging Face model directory or a GGUF model file (default: "
+                                "the bundled MiniLM)")
     calibrate.add_argument("--out", required=True, help="the .safetensors file to write")
     calibrate.add_argument("--full", action="store_true",
                            help="also the full H = X^T X per layer (gptq needs it)")

@@ -19,7 +19,8 @@ checkpoint an engine loads out (docs/quantize.md).
 from .calibrate import calibrate, calibrate_to_file, calibration_texts
 from .plan import LayerPlan, output_tensors, plan_layers
 from .report import REPORT_NAME, QuantizeReport, format_summary, summarize
-from .request import QuantizeRequest, check_request, model_directory, needs_calibration
+from .request import QuantizeRequest, check_request, needs_calibration
+from .source import model_directory
 from .layer import set_global_scale, tensor_amax
 from .run import quantize_model
 

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import time
 
+from hscale.calibration import LayerStatistics
 from hscale.calibration.blocks import BlockStatistics
-from hscale.models.decoder import SequentialDecoder
+from hscale.models.decoder import SequentialDecoder, reference_block_input
 
-#: Below this many bytes of float64 H per block the full H is collected even when the pipeline
-#: does not need it, for the report's output error Tr(dW H dW^T) (small models).
+#: With --report-errors, below this many bytes of float64 H per block the full H is collected
+#: even when the pipeline does not need it, for the report's output error Tr(dW H dW^T): it
+#: costs tokens x n^2 float64 multiply-adds per distinct input, more than the search.
 REPORT_H_BYTES = 64 << 20
 
 
@@ -26,6 +28,8 @@ class BlockCalibration:
     """The calibration batches of this process, carried through the blocks."""
 
     def __init__(self, directory, source, model, batches, request, ranks, progress=None):
+        self.directory = directory
+        self.dtype = request.calibration_dtype
         self.decoder = SequentialDecoder(directory, source, _device(request.device), model,
                                          request.calibration_dtype)
         self.batches = batches
@@ -35,7 +39,8 @@ class BlockCalibration:
         self.hidden: dict = {}
         self.kwargs: dict = {}
         self.masks = {b: batches[b].get("attention_mask") for b in self.mine}
-        self.seconds = {"forward": 0.0, "statistics": 0.0, "read": 0.0}
+        self.seconds = {"forward": 0.0, "statistics": 0.0, "read": 0.0, "probe": 0.0}
+        self.proof: dict = {}  # what the front-end probe compared (``prove_front_end``)
 
     def start(self, first_block: int = 0, load=None) -> None:
         """The inputs of block ``first_block`` for this process's batches: the embeddings (block
@@ -46,6 +51,8 @@ class BlockCalibration:
             batch = self.batches[b]
             hidden, self.kwargs[b] = self.decoder.block_inputs(batch["input_ids"],
                                                                batch.get("attention_mask"))
+            if not self.proof:
+                self.prove_front_end(b, hidden)
             saved = load(b) if load is not None and first_block else None
             self.hidden[b] = saved.to(hidden.device) if saved is not None else hidden
         missing = first_block and load is not None and any(load(b) is None for b in self.mine)
@@ -57,10 +64,28 @@ class BlockCalibration:
                         self.hidden[b] = layer(self.hidden[b], **self.kwargs[b][index])
                 self.decoder.release(index)
 
-    def run_block(self, index: int, full: bool):
-        """Block ``index`` run on the batches: ``({module: h}, {module: H}, {module: tokens},
-        {module: fallback}, {module: input amax})`` with checkpoint module names, reduced over
-        every process."""
+    def prove_front_end(self, b: int, hidden) -> None:
+        """Block 0's input on batch ``b`` (the probe: this process's first batch) must be
+        transformers' own forward's, bit for bit (``reference_block_input``): otherwise every
+        statistic of the run would be computed on inputs the model never sees, and the run is
+        refused, saying so, before any block is calibrated."""
+        import torch
+        started = time.perf_counter()
+        batch = self.batches[b]
+        expected = reference_block_input(self.directory, self.dtype, batch["input_ids"],
+                                         batch.get("attention_mask"), self.decoder.device)
+        self.seconds["probe"] += time.perf_counter() - started
+        mask = batch.get("attention_mask")
+        tokens = int(mask.sum()) if mask is not None else int(batch["input_ids"].numel())
+        if expected.shape != hidden.shape or not torch.equal(expected, hidden):
+            raise FrontEndMismatch(self.directory, self.decoder.config.model_type, b, hidden,
+                                   expected)
+        self.proof = {"batch": b, "tokens": tokens, "equal": "bit for bit",
+                      "reference": "from_pretrained of the model cut to its first block"}
+
+    def run_block(self, index: int, full: bool, blocks: bool = False) -> LayerStatistics:
+        """Block ``index`` run on the batches: its statistics (checkpoint module names), reduced
+        over every process."""
         import torch
         started = time.perf_counter()
         layer = self.decoder.materialize(index)
@@ -68,7 +93,7 @@ class BlockCalibration:
         prefix = f"{self.decoder.prefix}{index}."
         layout = self.decoder.layout
         stats = BlockStatistics(layer, lambda name: layout.to_checkpoint("." + prefix + name)[1:],
-                                layout, full)
+                                layout, full, blocks)
         started = time.perf_counter()
         with torch.no_grad(), stats:
             for count, b in enumerate(self.mine):
@@ -83,19 +108,20 @@ class BlockCalibration:
         self.seconds["statistics"] += time.perf_counter() - started
         self.seconds["forward"] += forward
         self.decoder.release(index)
-        h, H, tokens = stats.result()
-        return h, H, tokens, dict(stats.fallbacks), stats.input_amax()
+        return stats.result()
 
-    def head_statistics(self, module: str, full: bool):
-        """h (and H), tokens and input amax of the head's input: the final norm of the last
-        block's output."""
-        stats = BlockStatistics(None, None, self.decoder.layout, full)
+    def head_statistics(self, module: str, full: bool, blocks: bool = False) -> LayerStatistics:
+        """The statistics of the head's input: the last block's output through the model's
+        own final norm and pre-head code (``SequentialDecoder.head_inputs``)."""
+        stats = BlockStatistics(None, None, self.decoder.layout, full, blocks)
         for b in self.mine:
             stats.batch(b, self.masks[b])
-            stats.add_rows(module, stats.rows_of(self.decoder.final_norm(self.hidden[b])))
+            batch = self.batches[b]
+            rows = self.decoder.head_inputs(batch["input_ids"], batch.get("attention_mask"),
+                                            self.hidden[b])
+            stats.add_rows(module, stats.rows_of(rows))
         stats.reduce(self.ranks.gather, self.ranks.all_reduce)
-        h, H, tokens = stats.result()
-        return h, H, tokens, stats.input_amax()
+        return stats.result()
 
     def block_h_bytes(self, index: int, plans) -> int:
         """Bytes of float64 H of the block's planned weights, one per distinct input at most
@@ -107,6 +133,25 @@ class BlockCalibration:
                 seen.add(key)
                 total += plan.cols ** 2 * 8
         return total
+
+
+class FrontEndMismatch(ValueError):
+    """Block-by-block calibration would not feed block 0 what the model's own forward feeds
+    it: one line saying by how much, and what to do instead."""
+
+    def __init__(self, directory, model_type: str, batch: int, ours, theirs):
+        if ours.shape != theirs.shape:
+            how = f"shape {tuple(ours.shape)} against {tuple(theirs.shape)}"
+        else:
+            difference = float((ours.double() - theirs.double()).abs().max())
+            how = (f"max |difference| {difference:.3g}, norm {float(ours.double().norm()):.4g} "
+                   f"against {float(theirs.double().norm()):.4g}")
+        super().__init__(
+            f"{directory}: block-by-block calibration refused: block 0's input on calibration "
+            f"batch {batch} differs from transformers' own forward of the model ({model_type}; "
+            f"{how}), so the front end (the embedding and the code before the first block) is "
+            "not the model's and every statistic would be wrong; calibrate the whole model "
+            "instead (--sequential never: memory holds the whole model)")
 
 
 def _device(device) -> str:

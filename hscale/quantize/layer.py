@@ -1,7 +1,8 @@
 """One planned weight quantized: its global scale (shared across a fused set, NVFP4-CKPT-3), the
 pipeline's quantizer on the chosen backend, the format's tensors, and its report entry (the
 errors against RTN at the same s_g, the calibration tokens it saw). Both paths of
-``quantize_model`` (the whole model, block by block) quantize through here."""
+``quantize_model`` (the whole model, block by block) quantize each weight through one step,
+``quantize_planned``."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import time
 
 import numpy as np
 
+from hscale.calibration import LayerStatistics
 from hscale.checkpoints import layout_named
-from hscale.evaluation.quality import layer_quality, rounding_quality
+from hscale.evaluation.quality import layer_quality, rounding_quality, shift_histogram
 from hscale.pipelines import PIPELINES, quantize_weight
 from hscale.reference import GROUP_SIZE, QuantizedWeight, compute_global_scale
 from hscale.reference.quantize import encode_groups
 from hscale.reference.validation import WEIGHT_DTYPES, check_weight_finite
+
+from .activations import add_input_scale
+from .context import RunContext
 
 #: Rows encoded at once where a layer's codes are recomputed (bounds the float64 copies).
 ROWS_PER_BLOCK = 1024
@@ -67,11 +72,13 @@ def rtn_counterpart(weight, result, pipeline: str, backend):
 
 
 def quantize_layer(plan, weight, global_scale, request, backend, layout, h=None, H=None,
-                   tokens=None, fallback: str | None = None, on_groups=None, timings=None):
-    """``(tensors to write, report entry)`` of one planned weight. ``h`` None where the method
-    needs it (a Linear no calibration token reached): the scale-only search (h = 1), said in
-    the entry. ``timings`` (a dict) gets the seconds of the search and of the report's errors
-    added under ``search`` and ``errors``."""
+                   tokens=None, fallback: str | None = None, on_groups=None, timings=None,
+                   blocks=None):
+    """``(tensors to write, report entry)`` of one planned weight. ``h`` (or for hscale-block
+    ``blocks``, the diagonal 16 x 16 blocks of H) None where the method needs it (a Linear no
+    calibration token reached): the scale-only search (h = 1), said in the entry. ``timings``
+    (a dict) gets the seconds of the search and of the report's errors added under ``search``
+    and ``errors``."""
     started = time.perf_counter()
     name = f"{plan.module}.weight"
     if weight.dtype not in WEIGHT_DTYPES:
@@ -85,13 +92,14 @@ def quantize_layer(plan, weight, global_scale, request, backend, layout, h=None,
         pipeline, method = "rtn", ("scale-only" if method == "hscale" else method)
         note = (fallback or "no calibration token reached it") + ": GPTQ with H = I (no error " \
             f"feedback), method {method}"
-    elif method == "hscale" and h is None:
+    elif (method == "hscale" and h is None) or (method == "hscale-block" and blocks is None):
         method = "scale-only"
         note = (fallback or "no calibration token reached it") + ": the scale-only search (h = 1)"
     try:
         result = quantize_weight(
-            weight, h, pipeline=pipeline, method=method, backend=backend, hessian=H,
-            global_scale=global_scale, K=request.K, U=request.U, damp=request.damp,
+            weight, blocks if method == "hscale-block" else h, pipeline=pipeline,
+            method=method, backend=backend, hessian=H, global_scale=global_scale,
+            K=request.K, U=request.U, damp=request.damp,
             block_size=request.block_size, act_order=request.act_order,
             static_groups=request.static_groups, on_groups=on_groups)
     except ValueError as exc:
@@ -109,7 +117,9 @@ def quantize_layer(plan, weight, global_scale, request, backend, layout, h=None,
     if method != request.method:
         entry["method"] = method
     chosen = PIPELINES[pipeline]
-    if H is None and chosen.rederivable and chosen.init == "maxabs" \
+    if request.no_report:  # --no-report: no errors against RTN, the chosen shifts only
+        entry.update(shift_histogram(result))
+    elif H is None and chosen.rederivable and chosen.init == "maxabs" \
             and result.initial_bytes is not None:
         # RTN's bytes are the result's initial bytes: both errors from the group objectives,
         # on the backend's own steps where it has them
@@ -121,5 +131,34 @@ def quantize_layer(plan, weight, global_scale, request, backend, layout, h=None,
                                                                    backend), h, H))
     if timings is not None:
         timings["search"] = timings.get("search", 0.0) + searched - started
-        timings["errors"] = timings.get("errors", 0.0) + time.perf_counter() - searched
+        if not request.no_report:
+            timings["errors"] = timings.get("errors", 0.0) + time.perf_counter() - searched
+    return tensors, entry
+
+
+def quantize_planned(c: RunContext, plan, weight, scales: dict, stats: LayerStatistics,
+                     position: tuple[int, int]):
+    """The one step of both paths of a run for one planned weight (``position``: its index
+    and the count shown on the progress bar): its fused set's s_g (NVFP4-CKPT-3, from the
+    largest amax of the members, computed when the set's first member comes and kept in
+    ``scales``), ``quantize_layer`` with the weight's statistics, the activation scale of a
+    W4A4 layout (HSCALE-CAL-2), the progress. Returns ``(tensors to write, report entry)``."""
+    c.progress.tensor(*position, plan.module)
+    if plan.module not in scales and len(plan.fused_with) > 1:
+        s_g = set_global_scale(
+            plan.fused_with,
+            lambda m: weight if m == plan.module else c.source.array(f"{m}.weight"),
+            c.layout, PIPELINES[c.request.pipeline].scale_ceiling)
+        scales.update({m: s_g for m in plan.fused_with})
+    done = [0]
+
+    def on_groups(weights):
+        done[0] += weights
+        c.progress.advance(weights)
+    tensors, entry = quantize_layer(
+        plan, weight, scales.get(plan.module), c.request, c.backend, c.layout,
+        stats.h.get(plan.module), stats.H.get(plan.module), stats.tokens.get(plan.module),
+        stats.fallbacks.get(plan.module), on_groups, c.timings, stats.blocks.get(plan.module))
+    add_input_scale(plan, tensors, entry, stats.amax, c.layout)
+    c.progress.advance(plan.weights - done[0])
     return tensors, entry

@@ -26,6 +26,8 @@ class QuantizeReport:
     warnings: list = field(default_factory=list)
     path: str = ""  # "block by block" or "whole model" (on N processes)
     rank: int = 0  # under torchrun: this process's (only process 0's report is complete)
+    gguf: dict = field(default_factory=dict)  # --format gguf: the conversion to the file
+    kept_h: str = ""  # the file of the h H-Scale used, beside the output (quantize.kept)
 
 
 #: Tensors named per reason in the summary; the rest counted.
@@ -71,19 +73,23 @@ def format_summary(report: QuantizeReport) -> str:
         if key not in layer or not layer[key + "_rtn"]:
             return f"{'-':>11}"
         return f"{layer[key] / layer[key + '_rtn']:11.3f}"
-    for layer in report.layers:
+    summary = report.summary
+    compact = _compact_line(report)
+    if compact:  # no table of rows that would all read 1.000, or "-"
+        lines[1:] = [compact]
+    for layer in report.layers if not compact else ():
         name = layer["module"] if len(layer["module"]) <= 48 else "..." + layer["module"][-45:]
         shape = "x".join(map(str, layer["shape"]))
         lines.append(f"{name:48} {shape:>11} {ratio(layer, 'weight_mse')} "
                      f"{ratio(layer, 'diag_error'):>12} {ratio(layer, 'output_error')}")
-    summary = report.summary
 
     def shown(value):
         return "-" if value is None else f"{value:.3f}"
-    lines.append(f"mean over {summary['layers']} layers: weight MSE "
-                 f"{shown(summary['weight_mse_vs_rtn'])}, diag(H) error "
-                 f"{shown(summary['diag_error_vs_rtn'])}, output error "
-                 f"{shown(summary['output_error_vs_rtn'])} of RTN's")
+    if not compact:
+        lines.append(f"mean over {summary['layers']} layers: weight MSE "
+                     f"{shown(summary['weight_mse_vs_rtn'])}, diag(H) error "
+                     f"{shown(summary['diag_error_vs_rtn'])}, output error "
+                     f"{shown(summary['output_error_vs_rtn'])} of RTN's")
     if summary.get("shifts"):
         lines.append("shifts chosen (delta: groups): " + ", ".join(
             f"{k:+d}: {v}" for k, v in summary["shifts"].items()))
@@ -115,11 +121,31 @@ def format_summary(report: QuantizeReport) -> str:
         calibration += f" ({facts['texts']} texts, {facts['tokens']:,} tokens" + (
             f", in {facts['dtype']})" if facts.get("dtype", "float32") != "float32" else ")")
     lines.append(f"time: {calibration}, quantization {seconds.get('quantize', 0):.1f} s"
-                 + (f" (search {seconds['search']:.1f} s, errors for this report "
-                    f"{seconds['errors']:.1f} s)" if "search" in seconds else "")
+                 + (f" (search {seconds['search']:.1f} s" + (
+                     f", errors for this report {seconds['errors']:.1f} s" if "errors" in seconds
+                     else "") + ")" if "search" in seconds else "")
                  + (f", writing {seconds['write']:.1f} s" if "write" in seconds else "")
                  + f", total {seconds.get('total', 0):.1f} s ({report.path})")
     return "\n".join(lines)
+
+
+def _compact_line(report: QuantizeReport) -> str:
+    """One line in place of the per-layer table where its rows would say nothing: with
+    --no-report (no errors computed), and where every layer is RTN itself (every ratio 1)."""
+    layers = report.layers
+    if report.request.get("no_report"):
+        return (f"{len(layers)} layers quantized; no errors against RTN computed "
+                "(--no-report): the shifts below are what the method changed")
+    same = all(layer.get("weight_mse") == layer.get("weight_mse_rtn") and
+               layer.get("diag_error") == layer.get("diag_error_rtn") and
+               layer.get("output_error") == layer.get("output_error_rtn") for layer in layers)
+    if layers and same and not any(layer.get("shifts", {}).keys() - {"0", 0} for layer in layers):
+        mse = sum(layer["weight_mse"] * layer["shape"][0] * layer["shape"][1] for layer in layers)
+        weights = sum(layer["shape"][0] * layer["shape"][1] for layer in layers)
+        return (f"{len(layers)} layers quantized, every one RTN itself (no scale byte moved, "
+                f"every error ratio to RTN 1.000: no per-layer table); weight MSE "
+                f"{mse / weights:.4g} over {weights / 1e6:,.1f} M weights")
+    return ""
 
 
 def _kept_lines(report: QuantizeReport) -> list[str]:

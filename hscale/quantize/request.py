@@ -19,11 +19,11 @@ from hscale.reference.validation import MODEL_METHODS, check_choice
 class QuantizeRequest:
     """Everything ``hscale quantize`` takes (the command's options, one for one)."""
 
-    model_dir: str | None = None  # None: the bundled all-MiniLM-L6-v2
+    model_dir: str | None = None  # a directory or a GGUF file; None: the bundled MiniLM
     out: str = "nvfp4-model"
     pipeline: str = "rtn"
     method: str = "hscale"
-    format: str = "compressed-tensors"
+    format: str = "compressed-tensors"  # or modelopt, or gguf (a GGUF NVFP4 file, --out NAME.gguf)
     scheme: str = "w4a16"  # "w4a4": an activation scale per Linear too (HSCALE-CAL-2)
     backend: str = "auto"  # the fastest exact backend here (hscale.pipelines.default_backend)
     K: int = DEFAULT_K
@@ -35,6 +35,7 @@ class QuantizeRequest:
     seq_len: int = 256
     batch_size: int = 16
     hessian: str | None = None  # hscale calibrate's file
+    imatrix: str | None = None  # llama.cpp's importance matrix (GGUF or .dat) as h
     damp: float = DEFAULT_DAMP
     block_size: int = DEFAULT_BLOCK_SIZE
     act_order: bool = False
@@ -44,9 +45,11 @@ class QuantizeRequest:
     progress: bool = True
     device: str | None = None  # calibration device ("cpu", "cuda", "auto" for accelerate)
     calibration_dtype: str = "float32"  # the dtype the calibration forward runs in
-    report_errors: bool = False  # calibrate for the H-weighted errors even when not needed
+    report_errors: bool = False  # calibrate (h, and G where it fits) for the report's errors
+    no_report: bool = False  # no per-layer errors against RTN (the shifts only)
     sequential: str = "auto"  # "auto": block by block for decoders; "never": the whole model
     resume: bool = True  # adopt an interrupted run's partial output (same command)
+    keep_h: bool = True  # H-Scale: the h used, beside the output (quantize.kept)
 
 
 #: What ``--calibration-dtype`` takes: float32 (the default: the statistics of the model run in
@@ -80,12 +83,16 @@ def check_device(device) -> None:
                          "here")
 
 
-def check_request(request: QuantizeRequest) -> None:
-    """Every option checked before any work (one clear error each)."""
+def check_request(request: QuantizeRequest):
+    """Every option checked before any work (one clear error each). Returns the backend it
+    checked, built once for the run (``hscale.backends.get`` of the resolved ``--backend``)."""
+    from .source import GGUF_FORMAT, check_gguf_output, check_source
     pipeline_named(request.pipeline)
     check_choice("method", request.method, MODEL_METHODS)
-    if request.format not in FORMATS:
-        raise ValueError(f"--format {request.format!r}: one of {', '.join(FORMATS)}")
+    if request.format not in FORMATS + (GGUF_FORMAT,):
+        raise ValueError(f"--format {request.format!r}: one of "
+                         f"{', '.join(FORMATS + (GGUF_FORMAT,))}")
+    check_source(request)
     if request.scheme not in SCHEMES:
         raise ValueError(f"--scheme {request.scheme!r}: one of {', '.join(SCHEMES)}")
     if request.scheme == "w4a4" and request.hessian is not None:
@@ -99,10 +106,18 @@ def check_request(request: QuantizeRequest) -> None:
             raise ValueError(f"--{name.replace('_', '-')} {value!r}: must be a positive integer")
     if not (math.isfinite(request.damp) and request.damp >= 0):
         raise ValueError(f"--damp {request.damp!r}: must be finite and >= 0")
+    if request.method == "hscale-block" and request.pipeline == "gptq":
+        raise ValueError("--pipeline gptq --method hscale-block: GPTQ's sweep scores each group "
+                         "with h = diag(H) (spec HSCALE-GPTQ-1); use --method hscale")
+    if request.no_report and request.report_errors:
+        raise ValueError("--no-report with --report-errors: one asks for no per-layer errors, "
+                         "the other for more of them; give one")
     if request.static_groups and request.pipeline != "gptq":
         raise ValueError("--static-groups: only the gptq pipeline has groups to fix up front")
     if request.act_order and request.pipeline != "gptq":
         raise ValueError("--act-order: only the gptq pipeline has a column order")
+    if request.format == GGUF_FORMAT:
+        check_gguf_output(request)
     check_calibration_data(request)
     check_device(request.device)
     if request.calibration_dtype not in CALIBRATION_DTYPES:
@@ -110,6 +125,8 @@ def check_request(request: QuantizeRequest) -> None:
                          f"{', '.join(CALIBRATION_DTYPES)}")
     if request.sequential not in ("auto", "never"):
         raise ValueError(f"--sequential {request.sequential!r}: auto or never")
+    if request.imatrix is not None:
+        check_imatrix_request(request)
     if request.hessian is not None:
         if not Path(request.hessian).is_file():
             raise ValueError(f"--hessian {request.hessian}: no such file")
@@ -124,6 +141,7 @@ def check_request(request: QuantizeRequest) -> None:
     ok, why = backend.available()
     if not ok:
         raise ValueError(f"--backend {request.backend}: not available here: {why}")
+    return backend
 
 
 def check_calibration_data(request: QuantizeRequest) -> None:
@@ -134,23 +152,29 @@ def check_calibration_data(request: QuantizeRequest) -> None:
     if not Path(request.calibration_text).exists():
         raise ValueError(f"--calibration-data {request.calibration_text}: no such file or "
                          "directory")
-    if request.hessian is None and (needs_calibration(request) or request.report_errors):
+    if request.hessian is None and request.imatrix is None and (
+            needs_calibration(request) or request.report_errors):
         from hscale.calibration.sources import read_texts
         read_texts(request.calibration_text, request.text_field, request.samples)
 
 
+def check_imatrix_request(request: QuantizeRequest) -> None:
+    """``--imatrix``: a readable importance matrix (HSCALE-CAL-3), for what it can stand in
+    for: h. Not with --hessian, nor where a forward pass must give more than h (W4A4's amax,
+    GPTQ's full H, hscale-block's 16 x 16 blocks)."""
+    from hscale.calibration.imatrix import read_imatrix
+    needs = {"--scheme w4a4": request.scheme == "w4a4" and "each Linear's input amax",
+             "--pipeline gptq": request.pipeline == "gptq" and "the full H = X^T X",
+             "--method hscale-block": request.method == "hscale-block" and
+             "the diagonal 16 x 16 blocks of X^T X",
+             "--hessian": request.hessian is not None and "h a second time"}
+    for option, what in needs.items():
+        if what:
+            raise ValueError(f"--imatrix with {option}: that needs {what}, which an importance "
+                             "matrix (the sums of x^2 per input column) does not hold")
+    read_imatrix(request.imatrix)
+
+
 def needs_calibration(request: QuantizeRequest) -> bool:
-    return (request.method == "hscale" or request.pipeline == "gptq"
+    return (request.method in ("hscale", "hscale-block") or request.pipeline == "gptq"
             or request.scheme == "w4a4")
-
-
-def model_directory(request: QuantizeRequest) -> Path:
-    if request.model_dir is None:
-        from hscale.models.minilm import minilm_model_dir
-        return minilm_model_dir()
-    directory = Path(request.model_dir)
-    if not directory.is_dir():
-        raise ValueError(f"{directory}: no such model directory")
-    if not (directory / "config.json").is_file():
-        raise ValueError(f"{directory}: no config.json (not a Hugging Face model directory)")
-    return directory
