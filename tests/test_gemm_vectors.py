@@ -166,7 +166,7 @@ def test_check_judges_gemm_lines_and_names_the_clause():
     lines = _expected()
     assert len(lines) == 837 and all(len(l.split()) == 4 for l in lines)
     report, errors = _check(lines)
-    assert (report, errors) == ([], 0)
+    assert (report, errors) == (["837 of 837 output elements of the GEMM vectors observed"], 0)
     wrong = [l.replace(" 4441", " 4440") if l.startswith("gemm-global-scales-3x1 0 0") else
              l.replace(" 45001000", " 45000000") if l.startswith("gemm-fp32-not-fp16 0 0")
              else l for l in lines]
@@ -179,10 +179,16 @@ def test_check_judges_gemm_lines_and_names_the_clause():
     assert "[NVFP4-GEMM-4] output element (i=0, j=0): float32 expected 0x45001000 (2049.0) " \
            "observed 0x45000000 (2048.0)" in text and "the fp16 accumulation model" in text
     # under the fp16 model the 2048 is admissible (the sum is not exact in fp16)
-    assert _check([l for l in wrong if l.startswith("gemm-fp32-not-fp16")], "fp16") == ([], 0)
-    # elements left out are judged as the spec's result, and said to be missing
+    report, errors = _check([l for l in wrong if l.startswith("gemm-fp32-not-fp16")], "fp16")
+    assert errors == 0 and not any("=>" in line for line in report), report
+    # elements left out are not judged, and said to be missing; the last line counts what the
+    # file held, and with require_all each missing element is an error
     report, errors = _check(lines[:10])
-    assert errors == 0 and any("missing from the file" in line for line in report), report
+    assert errors == 0 and any("missing from the file (not judged)" in line for line in report)
+    assert report[-1].startswith("10 of 837 output elements of the GEMM vectors observed; "), report
+    from hscale.vectors.gemm_files import check_lines, stored_cases
+    report, errors = check_lines(list(stored_cases().values()), lines[:10], "fp32", 20, True)
+    assert errors == 827 and "827 output element(s) of the vectors are missing" in report[-1]
 
 
 def test_a_malformed_gemm_line_is_a_line_error():

@@ -859,6 +859,10 @@ NO_VECTOR_CASE["HSCALE-CAL-2"] = (
     "a calibration statistic of a model (each Linear's input amax over the calibration tokens) "
     "and the fp32 chain from it to the activation scale: tested by tests/test_w4a4.py against "
     "independent hooks and a Fraction evaluation of the chain on all 2^23 significands")
+NO_VECTOR_CASE["HSCALE-CAL-3"] = (
+    "h read from a model's importance-matrix file (llama.cpp's in_sum2 and counts), not a "
+    "quantizer's inputs and outputs: the h it gives is an h like any other, which the vectors "
+    "feed; tested by tests/test_imatrix.py against a file written by llama.cpp's llama-imatrix")
 NO_VECTOR_CASE["NVFP4-CKPT-5"] = (
     "a file container (the safetensors header, its offsets and the shard index), not a "
     "quantizer's inputs and outputs; tested by tests/test_checkpoint_validation.py and the "
