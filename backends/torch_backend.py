@@ -225,7 +225,7 @@ class TorchQuantizer(Quantizer):
             raise ValueError(f"weight: on {weight.device}, this backend ({self.backend.name}) "
                              f"quantizes on {self.device}; move it with .to('{self.device}') "
                              "(spec NVFP4-IN-1)")
-        validation.check_weight_layout(TORCH_WEIGHT_DTYPES.get(weight.dtype, weight.dtype),
+        validation.check_weight_layout(_numpy_dtype(weight.dtype),
                                        tuple(weight.shape))  # NVFP4-IN-1: dtype and shape
         K, U = validation.check_window(K, U)
         scale_ceiling = validation.check_scale_ceiling(scale_ceiling)
@@ -257,7 +257,7 @@ class TorchQuantizer(Quantizer):
         queue; on CUDA in this thread. The process-wide intra-op thread count is restored."""
         torch = self.torch
         workers = torch.get_num_threads() if self.device.type == "cpu" else 1
-        with inductor_config() if self.use_compile else _nothing():
+        with inductor_config(self.device.type) if self.use_compile else _nothing():
             if workers <= 1 or len(blocks) <= 1:
                 for block in blocks:
                     function(block)
@@ -470,16 +470,16 @@ class TorchGroupQuantizer(TorchQuantizer):
             self.torch.set_num_threads(saved)
 
 
-def _torch_weight_dtypes():
-    """torch dtype -> the numpy dtype the reference's checks name (NVFP4-IN-1)."""
+def _numpy_dtype(torch_dtype):
+    """The numpy dtype of a torch dtype, as the reference's checks name it (NVFP4-IN-1):
+    bfloat16 is ml_dtypes'; a dtype numpy lacks is named as torch names it."""
     torch = _import_torch()
-    if torch is None:
-        return {}
-    return {torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.float16),
-            torch.bfloat16: np.dtype(ml_dtypes.bfloat16)}
-
-
-TORCH_WEIGHT_DTYPES = _torch_weight_dtypes()
+    if torch_dtype == torch.bfloat16:
+        return np.dtype(ml_dtypes.bfloat16)
+    try:
+        return torch.empty(0, dtype=torch_dtype).numpy().dtype
+    except (TypeError, RuntimeError):
+        return torch_dtype
 
 
 def _host(value):
