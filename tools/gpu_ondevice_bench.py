@@ -3,7 +3,7 @@ whole-tensor pipeline of ``hscale.backends.torch_tensor``) and ``CupyBackend.qua
 (the fused kernel), for each method on square layers, in one process.
 
 ``python tools/gpu_ondevice_bench.py [--sizes 4096,8192,16384] [--methods rtn,hscale,hscale-block]
-[--check-rows 256] [--repeat 5] [--json PATH] [--compiled-size 8192]``
+[--check-rows 256] [--repeat 5] [--json PATH] [--compiled-size 8192] [--chunk-groups N,N]``
 
 Layer: ``hscale.bench.make_layer`` (as tools/gpu_bench.py, the 2026-11-22 bench), max-abs init;
 hscale-block gets seeded positive-definite 16 x 16 blocks (``seeded_blocks``). Times: medians of
@@ -97,6 +97,9 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--ops-per-weight", type=float, default=240.0)
     parser.add_argument("--compiled-size", type=int, default=0)
+    parser.add_argument("--chunk-groups", default="",
+                        help="torch-cuda also with these groups per block, comma-separated "
+                             "(each checked against the default's result)")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     import cupy
@@ -122,7 +125,7 @@ def main(argv=None) -> int:
         cupy.cuda.Device().synchronize()
 
     results = []
-    print(f"{'size':>11} {'method':12} {'implementation':24} {'median':>10} {'G weights/s':>11} "
+    print(f"{'size':>11} {'method':12} {'implementation':30} {'median':>10} {'G weights/s':>11} "
           f"{'kernel':>10} {'roofline':>8} {'peak GiB':>8}  checks", flush=True)
     for size in [int(s) for s in args.sizes.split(",")]:
         weight, h = make_layer(size, size, 0)
@@ -157,6 +160,15 @@ def main(argv=None) -> int:
                        reference_seconds=ref_seconds, identical_reference=wrong is None,
                        mismatch=wrong)
             rows = [row]
+            for chunk in [int(c) for c in args.chunk_groups.split(",") if c]:
+                other = TorchBackend("cuda:0", chunk_groups=chunk)
+                other_wrong = identical(full, to_host(other.quantize_on_device(
+                    w_torch, arg, codes=True, **options)))
+                rows.append(dict(size=size, method=method, chunk_groups=chunk,
+                                 implementation=f"torch-cuda, {chunk} groups/block",
+                                 seconds=median_time(lambda: other.quantize_on_device(
+                                     w_torch, arg, **options), args.repeat, sync),
+                                 identical_default=other_wrong is None, mismatch=other_wrong))
             if method in cupy_backend.capabilities and method != "hscale-block":
                 timer = KernelTimer(runtime)
                 try:
@@ -186,10 +198,16 @@ def main(argv=None) -> int:
                 roof = (f"{r['roofline_fraction'] * 100:7.1f}%" if "roofline_fraction" in r
                         else " " * 8)
                 peak_text = f"{r['peak_gib']:8.2f}" if "peak_gib" in r else " " * 8
-                print(f"{size:>5}x{size:<5} {method:12} {r['implementation']:24} "
+                if r is row:
+                    said = "; ".join(checks)
+                elif "identical_default" in r:
+                    said = "= the default's result: " + ("bit-identical" if r["identical_default"]
+                                                         else f"MISMATCH {r['mismatch']}")
+                else:
+                    said = ""
+                print(f"{size:>5}x{size:<5} {method:12} {r['implementation']:30} "
                       f"{r['seconds'] * 1e3:8.2f}ms {r['weights_per_s'] / 1e9:11.2f} {kernel} "
-                      f"{roof} {peak_text}  {'; '.join(checks) if r is row else ''}",
-                      flush=True)
+                      f"{roof} {peak_text}  {said}", flush=True)
                 results.append(r)
         if size == args.compiled_size:
             compiled = TorchBackend("cuda:0", compile=True)

