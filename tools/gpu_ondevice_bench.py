@@ -100,6 +100,8 @@ def main(argv=None) -> int:
     parser.add_argument("--chunk-groups", default="",
                         help="torch-cuda also with these groups per block, comma-separated "
                              "(each checked against the default's result)")
+    parser.add_argument("--profile", action="store_true",
+                        help="with --compiled-size: the kernels of one call of each path")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     import cupy
@@ -230,6 +232,25 @@ def main(argv=None) -> int:
                   f"{seconds * 1e3:8.2f}ms {r['weights_per_s'] / 1e9:11.2f} (first call "
                   f"{first:.1f} s; {compiled.version}); = eager torch-cuda: "
                   + ("bit-identical" if wrong is None else f"MISMATCH {wrong}"), flush=True)
+            if args.profile:  # where the time goes: the kernels of one call of each path
+                from torch.profiler import ProfilerActivity, profile
+                for label, backend in (("eager", torch_cuda), ("compiled", compiled)):
+                    try:
+                        with profile(activities=[ProfilerActivity.CPU,
+                                                 ProfilerActivity.CUDA]) as prof:
+                            backend.quantize_on_device(w_torch, h, method="hscale")
+                            sync()
+                    except Exception as exc:  # noqa: BLE001  (no CUPTI on some machines)
+                        print(f"# profile of the {label} path failed: {exc}")
+                        continue
+                    print(f"# profile of one torch-cuda call, {label}, hscale {size}x{size}:")
+                    for key in ("device_time_total", "cuda_time_total", "cpu_time_total"):
+                        try:
+                            print(prof.key_averages().table(sort_by=key, row_limit=12,
+                                                            max_name_column_width=60))
+                            break
+                        except Exception as exc:  # noqa: BLE001  (the key's name by version)
+                            print(f"# sort by {key}: {exc}")
         del w_torch, w_cupy
         torch.cuda.empty_cache()
         cupy.get_default_memory_pool().free_all_blocks()

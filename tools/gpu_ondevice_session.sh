@@ -57,7 +57,7 @@ compare_checkpoints() {
 }
 if [ "$MODE" = timing ]; then
   timeout 80 python3 tools/gpu_ondevice_bench.py --sizes 8192 --methods rtn,hscale --check-rows 16 \
-    --repeat 3 --chunk-groups 32768,524288 --compiled-size 8192 --json "$OUT/timing.json" \
+    --repeat 3 --chunk-groups 32768,524288 --compiled-size 8192 --profile --json "$OUT/timing.json" \
     > "$OUT/timing.log" 2>&1
   echo "exit $? after $(since)" >> "$OUT/timing.log"
   quantize cpu "${MODEL[@]}" --backend torch --out /tmp/q-cpu --quiet --force
