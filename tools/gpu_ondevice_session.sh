@@ -23,11 +23,7 @@ since() { echo "$(( $(date +%s) - t0 )) s"; }
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nproc
   python3 -c "import sys,numpy,torch,cupy,triton; print(sys.version.split()[0], 'numpy',numpy.__version__,'torch',torch.__version__,'cuda',torch.version.cuda,'cupy',cupy.__version__,'triton',triton.__version__)"
 } > "$OUT/machine.log" 2>&1
-if ! python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . > /tmp/pip.log 2>&1; then
-  mkdir -p /tmp/tree/hscale; for f in hscale/*; do ln -sfn "$PWD/$f" /tmp/tree/hscale/; done
-  for s in reference backends vectors conformance docs; do ln -sfn "$PWD/$s" /tmp/tree/hscale/$s; done
-  export PYTHONPATH=/tmp/tree; echo "installed by links (pip: $(tail -1 /tmp/pip.log))" >> "$OUT/machine.log"
-fi
+. tools/gpu_install_kit.sh
 MODEL=()
 if [ -n "$MODEL_TGZ" ]; then
   mkdir -p /tmp/model && tar -xzf "$MODEL_TGZ" -C /tmp/model && MODEL=("$(ls -d /tmp/model/*)")
