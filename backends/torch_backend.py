@@ -1,10 +1,15 @@
 """The ``torch`` (CPU) and ``torch-cuda`` backends, bit-identical to ``hscale.reference`` (profile
 ``exact``).
 
-The backend is the reference pipeline (``hscale.reference.Quantizer``) with its hot steps
-replaced; validation, the global scale, the initial bytes and the 4over6 choice, the window,
-the argmin and its tie rule, zero groups, packing and the result are the reference's own steps.
-Replaced here:
+``quantize`` (numpy in and out) and ``quantize_on_device`` (torch tensors in and out, the
+API for a model quantizer whose weights are already on the device) run the whole-tensor
+pipeline of ``torch_tensor``: validation is the reference's, then every step (initial bytes,
+4over6, the window's objectives, the first minimum, zero groups, codes, packing) runs as
+vectorised torch ops on the backend's device, block by block, with nothing copied to the host
+but one scalar (the tensor's amax).
+
+The reference's step methods are replaced here too, for the callers that run the steps
+themselves (GPTQ's ``group_quantizer``, the report's ``layer_quantizer``):
 
 - ``load_groups``: the block stays in the weight's own dtype (no float64 copy on the host);
 - ``group_maxima``: ``torch.aminmax`` per group;
@@ -27,17 +32,22 @@ from __future__ import annotations
 
 import threading
 
+import ml_dtypes
 import numpy as np
 
 from hscale import __version__
 from hscale.backends import CAPABILITIES
-from hscale.reference import E2M1_VALUES, SCALE_BYTE_VALUES, Quantizer, compute_global_scale
+from hscale.reference import (E2M1_VALUES, SCALE_BYTE_VALUES, QuantizedWeight, Quantizer,
+                              compute_global_scale, validation)
+from hscale.reference.constants import DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U
 from hscale.reference.gptq import damped_hessian
+from hscale.reference.quantize import Options
 
 from . import gemm as gemm_kind
 from . import torch_gemm
 from . import torch_kernels as kernels
 from .torch_compile import COMPILE_BLOCK_GROUPS, FusedPath, inductor_config
+from .torch_tensor import TensorRun, to_host
 
 GROUP = kernels.GROUP
 # Work per block, in groups (each group is K*16 float64 elements in two buffers). The CPU figure
@@ -73,14 +83,15 @@ class TorchBackend:
         self.name = "torch-cuda" if self.device_kind == "cuda" else "torch"
         self.chunk_groups = chunk_groups or (CUDA_CHUNK_GROUPS if self.device_kind == "cuda"
                                              else CPU_CHUNK_GROUPS)
-        # None: the fused kernels for large layers on the CPU; False: never; True: any layer.
-        self.fused = FusedPath(compile if self.device_kind == "cpu" else False)
+        # None: the fused kernels for large layers on the CPU; False: never; True: any layer
+        # (on CUDA only when asked for: inductor's Triton kernels, checked as on the CPU).
+        self.fused = FusedPath(compile if self.device_kind == "cpu" else bool(compile))
 
     @property
     def version(self) -> str:
         torch = _import_torch()
         lib = f"torch {torch.__version__}" if torch is not None else "torch not installed"
-        extra = f"; {self.fused.status()}" if self.device_kind == "cpu" and torch is not None else ""
+        extra = f"; {self.fused.status()}" if torch is not None else ""
         return f"hscale.backends.torch_backend {__version__}, {lib}{extra}"
 
     def available(self):
@@ -109,6 +120,17 @@ class TorchBackend:
     def gemm(self, a, b, *, out_dtype="float32"):
         self.require_available()
         return torch_gemm.gemm(_import_torch(), self.device_name, a, b, out_dtype)
+
+    def quantize_on_device(self, weight, hessian_diag=None, **options):
+        """``quantize`` for a weight that is already a torch tensor on this backend's device
+        (float32, float16 or bfloat16, (m, n)): the arguments checked as the reference checks
+        them, the weight's values on the device (NVFP4-IN-1); h (or hscale-block's blocks) as
+        numpy or a tensor. Returns a ``DeviceResult`` (the cupy backend's record) of tensors on
+        the device: ``packed`` (m, n/2), ``scale_bytes`` and ``initial_bytes`` (m, n/16), all
+        uint8, ``codes`` (m, n) only with ``codes=True``, and ``global_scale``;
+        ``hscale.backends.torch_tensor.to_host(result)`` gives the reference's record."""
+        self.require_available()
+        return TorchQuantizer(self).quantize_on_device(weight, hessian_diag, **options)
 
     def layer_quantizer(self, groups: int):
         """The reference's steps in torch, set up for a layer of ``groups`` groups as
@@ -176,18 +198,78 @@ class TorchQuantizer(Quantizer):
         return checked
 
     def fit(self, groups: int) -> "TorchQuantizer":
-        """The fused kernels for a layer of ``groups`` groups where they pay (CPU, large)."""
-        self.use_compile = self.device.type == "cpu" and self.backend.fused.wanted(groups)
+        """The fused kernels for a layer of ``groups`` groups where they pay (CPU, large) or
+        where asked for (CUDA)."""
+        self.use_compile = self.backend.fused.wanted(groups)
         if self.use_compile:
-            self.block_groups = COMPILE_BLOCK_GROUPS  # one compiled shape per layer
+            # one compiled shape per layer: the CPU's cache-sized blocks, CUDA's large ones
+            self.block_groups = (COMPILE_BLOCK_GROUPS if self.device.type == "cpu"
+                                 else self.backend.chunk_groups)
         return self
+
+    # -- the whole tensor (torch_tensor) -------------------------------------------------------
+    def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs",
+                 K=DEFAULT_K, U=DEFAULT_U, scale_ceiling=DEFAULT_SCALE_CEILING,
+                 global_scale=None) -> QuantizedWeight:
+        """The reference's signature and result: validated by the reference, quantized as one
+        tensor on the device, the result copied back."""
+        weight, h, options, given_scale = self.validate(weight, hessian_diag, method, init, K,
+                                                        U, scale_ceiling, global_scale)
+        tensor = kernels.as_tensor(self.torch, weight).to(self.device)
+        s_g = given_scale if given_scale is not None else self.tensor_global_scale(tensor,
+                                                                                   options)
+        return to_host(TensorRun(self, tensor, h, options, s_g).run())
+
+    def quantize_on_device(self, weight, hessian_diag=None, *, method="hscale", init="maxabs",
+                           K=DEFAULT_K, U=DEFAULT_U, scale_ceiling=DEFAULT_SCALE_CEILING,
+                           global_scale=None, codes=False):
+        """``TorchBackend.quantize_on_device``: the reference's checks in its order (NVFP4-IN-1
+        .. -6), the weight's values checked on the device."""
+        torch = self.torch
+        method = validation.check_choice("method", method, validation.METHODS)
+        init = validation.check_choice("init", init, validation.INITS)
+        if not isinstance(weight, torch.Tensor):
+            raise ValueError(f"weight: expected a torch tensor on {self.device}, got "
+                             f"{type(weight).__name__}; numpy weights go to quantize() "
+                             "(spec NVFP4-IN-1)")
+        if weight.device != self.device and not (self.device.index is None
+                                                 and weight.device.type == self.device.type):
+            raise ValueError(f"weight: on {weight.device}, this backend ({self.backend.name}) "
+                             f"quantizes on {self.device}; move it with .to('{self.device}') "
+                             "(spec NVFP4-IN-1)")
+        validation.check_weight_layout(_numpy_dtype(weight.dtype),
+                                       tuple(weight.shape))  # NVFP4-IN-1: dtype and shape
+        K, U = validation.check_window(K, U)
+        scale_ceiling = validation.check_scale_ceiling(scale_ceiling)
+        h = validation.check_method_hessian(_host(hessian_diag), method, weight.shape[1])
+        if global_scale is not None:
+            global_scale = validation.check_global_scale(global_scale)
+        weight = weight.detach().contiguous()
+        options = Options(method, init, K, U, scale_ceiling)
+        self.fit(weight.numel() // GROUP)
+        amax = self.tensor_amax(weight)  # NVFP4-IN-1: finite, checked on the device
+        if not np.isfinite(amax):
+            validation.check_weight_finite(_host(weight))  # names the first bad index
+            raise AssertionError("torch.aminmax saw a non-finite weight that numpy did not")
+        s_g = (global_scale if global_scale is not None
+               else compute_global_scale(amax, options.scale_ceiling))  # NVFP4-GS-1, -2
+        return TensorRun(self, weight, h, options, s_g, codes=codes).run()
+
+    def tensor_amax(self, tensor) -> float:
+        """max |w| of a tensor by one ``torch.aminmax`` pass (exact in its own dtype; NaN or
+        infinite if an element is)."""
+        low, high = self.torch.aminmax(tensor)
+        return max(float(high), -float(low))
+
+    def tensor_global_scale(self, tensor, options) -> np.float32:
+        return compute_global_scale(self.tensor_amax(tensor), options.scale_ceiling)
 
     def map_blocks(self, function, blocks) -> None:
         """Blocks on worker threads (CPU), each running single-threaded torch ops, from a shared
         queue; on CUDA in this thread. The process-wide intra-op thread count is restored."""
         torch = self.torch
         workers = torch.get_num_threads() if self.device.type == "cpu" else 1
-        with inductor_config() if self.use_compile else _nothing():
+        with inductor_config(self.device.type) if self.use_compile else _nothing():
             if workers <= 1 or len(blocks) <= 1:
                 for block in blocks:
                     function(block)
@@ -218,9 +300,7 @@ class TorchQuantizer(Quantizer):
     def global_scale(self, weight, options) -> np.float32:
         """The reference's s_g (NVFP4-GS-1) of the tensor's amax, taken by one multi-threaded
         ``torch.aminmax`` pass (exact in the weight's own dtype) instead of numpy's two."""
-        low, high = self.torch.aminmax(kernels.as_tensor(self.torch, weight))
-        amax = max(float(high), -float(low))
-        return compute_global_scale(amax, options.scale_ceiling)
+        return self.tensor_global_scale(kernels.as_tensor(self.torch, weight), options)
 
     def load_groups(self, block_weight: np.ndarray) -> np.ndarray:
         """The block's groups (rows, group_cols, 16) in the weight's own dtype: the kernels
@@ -356,7 +436,7 @@ class TorchQuantizer(Quantizer):
         """The compiled objective, blocks padded to the layer's one shape with zero groups."""
         torch = self.torch
         G, k = scale.shape
-        pad = COMPILE_BLOCK_GROUPS - G
+        pad = self.block_groups - G
         if pad > 0:
             w = torch.cat((w, w.new_zeros(pad, GROUP)))
             scale = torch.cat((scale, scale[:1].expand(pad, k)), dim=0)
@@ -372,7 +452,7 @@ class TorchQuantizer(Quantizer):
     def _fused_encode(self, w, scale):
         torch = self.torch
         G = w.shape[0]
-        pad = COMPILE_BLOCK_GROUPS - G
+        pad = self.block_groups - G
         if pad > 0:
             w = torch.cat((w, w.new_zeros(pad, GROUP)))
             scale = torch.cat((scale, scale.new_ones(pad)))
@@ -400,6 +480,28 @@ class TorchGroupQuantizer(TorchQuantizer):
             return super().select_bytes(groups, h, s_g, options, context)
         finally:
             self.torch.set_num_threads(saved)
+
+
+def _numpy_dtype(torch_dtype):
+    """The numpy dtype of a torch dtype, as the reference's checks name it (NVFP4-IN-1):
+    bfloat16 is ml_dtypes'; a dtype numpy lacks is named as torch names it."""
+    torch = _import_torch()
+    if torch_dtype == torch.bfloat16:
+        return np.dtype(ml_dtypes.bfloat16)
+    try:
+        return torch.empty(0, dtype=torch_dtype).numpy().dtype
+    except (TypeError, RuntimeError):
+        return torch_dtype
+
+
+def _host(value):
+    """A tensor's values as numpy, bit for bit, for the reference's checks; else unchanged."""
+    if type(value).__module__.split(".")[0] != "torch":
+        return value
+    tensor = value.detach().cpu().contiguous()
+    if tensor.dtype == _import_torch().bfloat16:
+        return tensor.view(_import_torch().int16).numpy().view(ml_dtypes.bfloat16)
+    return tensor.numpy()
 
 
 class _nothing:

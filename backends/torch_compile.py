@@ -1,4 +1,4 @@
-"""The fused CPU path of the torch backend: ``torch.compile`` of the kernels' pure functions
+"""The fused path of the torch backend: ``torch.compile`` of the kernels' pure functions
 (``torch_kernels.objective_graph`` and ``encode_graph``), trusted only after checking them
 against the eager kernels.
 
@@ -28,11 +28,19 @@ COMPILE_MIN_GROUPS = 1 << 16
 COMPILE_BLOCK_GROUPS = 16384
 
 
-def inductor_config():
-    """Inductor settings for exact, thread-friendly kernels: no floating-point contraction, no
-    unsafe math, single-threaded kernels (the caller runs blocks on worker threads) and the C++
-    wrapper, which releases the GIL while the graph runs."""
+def inductor_config(device_type: str = "cpu"):
+    """Inductor settings for exact kernels. CPU: no floating-point contraction, no unsafe math,
+    single-threaded kernels (the caller runs blocks on worker threads) and the C++ wrapper,
+    which releases the GIL while the graph runs. CUDA: Triton told not to fuse a multiply and
+    an add (``emulate_precision_casts`` turns off its ``enable_fp_fusion``) and, where this
+    torch has the switch, not to flush float32 subnormals (the float32 weights are widened in
+    the kernel)."""
     import torch._inductor.config as inductor_config
+    if device_type == "cuda":
+        settings = {"emulate_precision_casts": True}
+        if hasattr(getattr(inductor_config, "eager_numerics", None), "disable_ftz"):
+            settings["eager_numerics.disable_ftz"] = True
+        return inductor_config.patch(settings)
     return inductor_config.patch({"cpp.enable_floating_point_contract_flag": "off",
                                   "cpp.enable_unsafe_math_opt_flag": False,
                                   "cpp.threads": 1, "cpp_wrapper": True})
@@ -106,14 +114,14 @@ class FusedPath:
         return len(self.objective.verified) + len(self.encode.verified)
 
     def status(self) -> str:
-        """One line on the fused CPU path: its policy and, once used, its state."""
+        """One line on the fused path: its policy and, once used, its state."""
         env = os.environ.get("HSCALE_TORCH_COMPILE", "")
         if self.disabled:
-            return f"fused CPU path off ({self.disabled})"
+            return f"fused path off ({self.disabled})"
         if self.option is False or env == "0":
-            return "fused CPU path off (HSCALE_TORCH_COMPILE=0)" if env == "0" else \
-                "fused CPU path off (compile=False)"
+            return "fused path off (HSCALE_TORCH_COMPILE=0)" if env == "0" else \
+                "fused path off (compile=False)"
         policy = ("any layer" if self.option is True or env == "1"
                   else f"layers of >= {COMPILE_MIN_GROUPS} groups")
-        return (f"fused CPU path (torch.compile) for {policy}, {self.verified_shapes()} "
+        return (f"fused path (torch.compile) for {policy}, {self.verified_shapes()} "
                 "shape(s) verified")

@@ -11,11 +11,7 @@ t0=$(date +%s)
   git log --oneline -1 2>/dev/null || true
   python3 -c "import sys,numpy,torch,cupy,ml_dtypes,hypothesis,pytest,transformers; print(sys.version.split()[0], 'numpy',numpy.__version__,'torch',torch.__version__,'cuda',torch.version.cuda,'cupy',cupy.__version__,'ml_dtypes',ml_dtypes.__version__,'hypothesis',hypothesis.__version__,'pytest',pytest.__version__,'transformers',transformers.__version__)"
 } > "$OUT/machine.log" 2>&1
-if ! python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . > /tmp/pip.log 2>&1; then
-  mkdir -p /tmp/tree/hscale; for f in hscale/*; do ln -sfn "$PWD/$f" /tmp/tree/hscale/; done
-  for s in reference backends vectors conformance docs; do ln -sfn "$PWD/$s" /tmp/tree/hscale/$s; done
-  export PYTHONPATH=/tmp/tree; echo "installed by links (pip: $(tail -1 /tmp/pip.log))" >> "$OUT/machine.log"
-fi
+. tools/gpu_install_kit.sh
 for b in torch-cuda cupy; do
   (timeout 300 python3 -m hscale conform --backend $b --certificate "$OUT/conformance-$b.json" \
      > "$OUT/conform-$b.log" 2>&1; echo "exit $? after $(( $(date +%s) - t0 )) s" >> "$OUT/conform-$b.log") &

@@ -1,0 +1,210 @@
+"""The whole-tensor pipeline of the torch backends (``torch`` on the CPU, ``torch-cuda``): the
+weight, h (or hscale-block's 16 x 16 blocks), every intermediate and the result stay torch
+tensors on the backend's device; nothing goes to the host but the tensor's amax (one scalar,
+for s_g) unless the caller asks for the result there.
+
+Each block of groups (whole rows, or a part of one row: ``plan_blocks``) goes through the
+reference's steps, in its order, as vectorised torch ops over every group of the block:
+
+    amax_g, zero groups          ``torch.aminmax`` per group                   NVFP4-ZERO-1
+    initial byte                 ``e4m3_bytes`` of amax_g / (top * s_g)        NVFP4-INIT-1, -2
+    window, objectives, argmin   the reference's window table, ``torch_kernels``  HSCALE-WIN-1 ..
+                                 objectives, ``torch.min``'s first minimum     HSCALE-ARGMIN-1
+    codes at the chosen byte     ``torch_kernels.eager_encode``                NVFP4-E2M1-2, -3
+    packing                      two codes per byte                            NVFP4-PACK-1
+
+Exactness, beyond ``torch_kernels``' own argument (the objectives and the codes):
+
+* ``e4m3_bytes``: ``value = f * 2^e`` (``torch.frexp``, f in [0.5, 1)); in a normal E4M3 binade
+  the quantum is ``2^(e-4)``, so the number of quanta is ``16 f``, exact; below the smallest
+  normal (2^-6) it is ``value * 2^9``, exact. ``torch.round`` rounds half to even
+  (NVFP4-E4M3-2), as ``np.rint`` in ``hscale.reference.e4m3.encode_e4m3``. The quotient
+  ``amax_g / (top * s_g)`` is the reference's IEEE float64 division (``top * s_g`` exact).
+* zero groups are computed with a stand-in byte (0x01, any positive scale) and then given
+  0x00; ``eager_encode`` at any positive scale gives a zero group's codes of NVFP4-ZERO-1 (the
+  sign bits, magnitude 0), so they need no step of their own.
+* 4over6 takes the byte at 4 only where its unweighted objective is strictly smaller (a tie
+  keeps 6, NVFP4-INIT-2): the objectives are never NaN for a non-zero group (HSCALE-OBJ-1).
+* the search: ``torch.min(dim=1).indices`` is the first minimal index (HSCALE-ARGMIN-1;
+  tests/test_backends_smoke.py checks it on both devices it runs on).
+
+``TensorRun`` is one call; ``TorchQuantizer.quantize`` (numpy in and out) and
+``TorchBackend.quantize_on_device`` (tensors in and out) both run it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hscale.reference import E2M1_VALUES, SCALE_BYTE_VALUES, QuantizedWeight
+from hscale.reference.constants import LADDER_FIRST_BYTE, LADDER_LAST_BYTE
+from hscale.reference.e4m3 import SMALLEST_NORMAL
+from hscale.reference.initial_scale import FOUR_OVER_SIX_TOPS, TOP_MAGNITUDE
+from hscale.reference.quantize import Options, plan_blocks
+from hscale.reference.zero_groups import ZERO_GROUP_BYTE
+
+from . import torch_kernels as kernels
+
+GROUP = kernels.GROUP
+# rtn on CUDA: 4x the blocks of a search (524288 groups), 2.7x faster on an H200 at 8192^2
+CUDA_RTN_BLOCK_FACTOR = 4
+
+
+def e4m3_bytes(torch, value):
+    """The E4M3 byte (int64) of each non-negative finite float64 ``value``: round to nearest,
+    ties to even, saturating at 0x7E (NVFP4-E4M3-2), by the reference's formula
+    ``8 * (quantum exponent + 9) + quanta`` (module docstring)."""
+    mantissa, exponent = torch.frexp(value)
+    subnormal = value < SMALLEST_NORMAL
+    quantum_exponent = torch.where(subnormal, -9, exponent.to(torch.int64) - 4)
+    quanta = torch.where(subnormal, value * 512.0, mantissa * 16.0).round().to(torch.int64)
+    return (8 * (quantum_exponent + 9) + quanta).clamp_max_(LADDER_LAST_BYTE)
+
+
+def range_bytes(torch, amax, s_g, top: float):
+    """NVFP4-INIT-1's byte mapping each group maximum onto ``top``; a non-zero group below the
+    ladder gets 0x01 (``hscale.reference.initial_scale.range_fitting_byte``)."""
+    byte = e4m3_bytes(torch, amax / (top * float(s_g)))  # NVFP4-INIT-1, denominator exact
+    return torch.where(amax > 0, byte.clamp_min(LADDER_FIRST_BYTE), byte)
+
+
+class TensorRun:
+    """One quantization of a weight tensor (m, n) on the quantizer's device: ``run()`` fills
+    the result tensors block by block (``quantizer.map_blocks``: worker threads on the CPU)."""
+
+    def __init__(self, quantizer, weight, h, options: Options, s_g, codes: bool = True):
+        torch = self.torch = quantizer.torch
+        self.q = quantizer
+        device = quantizer.device
+        self.weight, self.options, self.s_g = weight, options, np.float32(s_g)
+        rows, cols = weight.shape
+        self.group_cols = cols // GROUP
+        # HSCALE-METHOD-1: h is read by hscale (n,) and hscale-block (n/16, 16, 16) only
+        self.h = None if h is None else torch.from_numpy(np.ascontiguousarray(h)).to(device)
+        self.scales = torch.from_numpy(SCALE_BYTE_VALUES * float(s_g)).to(device)  # exact
+        window = quantizer.window_table(options.K, options.U)  # (127, k), the reference's
+        self.window = torch.from_numpy(window.astype(np.int64)).to(device)
+        self.window_scales = self.scales[self.window]  # (127, k)
+        self.values = torch.from_numpy(E2M1_VALUES).to(device)
+        self.chosen = torch.empty((rows, self.group_cols), dtype=torch.uint8, device=device)
+        self.initial = torch.empty_like(self.chosen)
+        self.packed = torch.empty((rows, cols // 2), dtype=torch.uint8, device=device)
+        self.codes = (torch.empty((rows, cols), dtype=torch.uint8, device=device) if codes
+                      else None)
+        self.h_columns_cache = {}
+
+    def run(self):
+        """Every block through the steps; the result as the cupy backend's ``DeviceResult``."""
+        from .cupy_backend import DeviceResult
+        rows = self.weight.shape[0]
+        k = self.window.shape[1]
+        # the work buffers grow with the window: (16, groups, k) float64
+        block_groups = self.q.block_groups
+        if k > 16 and not self.q.use_compile:
+            block_groups = max(1, block_groups * 16 // k)
+        if self.options.method == "rtn" and self.q.device.type == "cuda":
+            # no window: the blocks are launch-bound, not memory-bound (docs/performance.md)
+            block_groups *= CUDA_RTN_BLOCK_FACTOR
+        self.q.map_blocks(self.run_block, plan_blocks(rows, self.group_cols, block_groups))
+        return DeviceResult(self.packed, self.chosen, self.initial, self.codes, self.s_g,
+                            self.options)
+
+    # -- one block -----------------------------------------------------------------------------
+    def run_block(self, block):
+        torch, options = self.torch, self.options
+        r0, r1, i0, i1 = block
+        w = self.weight[r0:r1, GROUP * i0:GROUP * i1].reshape(-1, GROUP)  # (G, 16), own dtype
+        low, high = torch.aminmax(w, dim=1)
+        amax = torch.maximum(high, low.neg()).to(torch.float64)  # max |w|, widened exactly
+        zero = amax == 0  # NVFP4-ZERO-1
+        aw_t = None
+        if options.init == "maxabs":
+            initial = range_bytes(torch, amax, self.s_g, TOP_MAGNITUDE)  # NVFP4-INIT-1
+        else:  # NVFP4-INIT-2: the byte at 4 only where strictly better than the byte at 6
+            at6, at4 = (range_bytes(torch, amax, self.s_g, top).clamp_min(LADDER_FIRST_BYTE)
+                        for top in FOUR_OVER_SIX_TOPS)
+            aw_t = self.abs_t(w)
+            errors = self.objectives(w, aw_t, self.scales[torch.stack((at6, at4), dim=1)],
+                                     None)
+            initial = torch.where(errors[:, 1] < errors[:, 0], at4, at6)
+        c0 = initial.clamp_min(LADDER_FIRST_BYTE)  # zero groups: a stand-in byte, see above
+        if options.method == "rtn":
+            chosen = c0  # HSCALE-METHOD-1: no search
+        elif options.method == "hscale-block":
+            chosen = self.block_search(w, c0, r1 - r0, i0, i1)
+        else:
+            h_t = (self.h_columns(i0, i1, r1 - r0) if options.method == "hscale"
+                   else None)  # scale-only: h = 1 (HSCALE-METHOD-1)
+            if aw_t is None:
+                aw_t = self.abs_t(w)
+            errors = self.objectives(w, aw_t, self.window_scales.index_select(0, c0), h_t)
+            rank = torch.min(errors, dim=1).indices  # HSCALE-ARGMIN-1: the first minimum
+            chosen = torch.take(self.window, c0 * self.window.shape[1] + rank)
+        scale = torch.where(zero, 1.0, self.scales[chosen])  # zero groups: any positive scale
+        codes = self.encode(w, scale)  # NVFP4-E2M1-2, -3; NVFP4-ZERO-1 for zero groups
+        rows, cols = r1 - r0, GROUP * (i1 - i0)
+        codes = codes.view(rows, cols)
+        if self.codes is not None:
+            self.codes[r0:r1, GROUP * i0:GROUP * i1] = codes
+        self.packed[r0:r1, 8 * i0:8 * i1] = codes[:, 0::2] | (codes[:, 1::2] << 4)  # PACK-1
+        self.chosen[r0:r1, i0:i1] = torch.where(zero, ZERO_GROUP_BYTE, chosen).view(rows, -1)
+        self.initial[r0:r1, i0:i1] = torch.where(zero, ZERO_GROUP_BYTE, initial).view(rows, -1)
+
+    def block_search(self, w, c0, rows, i0, i1):
+        """The window scored by HSCALE-BLOCK-1 (``torch_kernels.block_objectives``), one
+        candidate position at a time; the first minimum (HSCALE-ARGMIN-1)."""
+        torch = self.torch
+        k = self.window.shape[1]
+        w64 = w.to(torch.float64).view(rows, i1 - i0, GROUP)
+        blocks = self.h[i0:i1]  # (C, 16, 16): B[i] of each group column, broadcast over rows
+        bytes_ = self.window.index_select(0, c0)  # (G, k)
+        errors = torch.empty(bytes_.shape, dtype=torch.float64, device=w.device)
+        for j in range(k):
+            scale = self.scales[bytes_[:, j]]
+            codes = self.encode(w, scale).to(torch.int64)
+            values = self.values[codes].view(rows, i1 - i0, GROUP)
+            errors[:, j] = kernels.block_objectives(torch, w64, values,
+                                                    scale.view(rows, i1 - i0), blocks).view(-1)
+        rank = torch.min(errors, dim=1).indices  # HSCALE-ARGMIN-1
+        return torch.take(bytes_, torch.arange(bytes_.shape[0], device=w.device) * k + rank)
+
+    # -- the kernels ---------------------------------------------------------------------------
+    def abs_t(self, w):
+        """|w|^T (16, G) float64 in the thread's buffer, as the eager objectives take it."""
+        aw_t = self.q._buffers().get("aw", w.numel()).view(GROUP, w.shape[0])
+        return aw_t.copy_(w.t()).abs_()
+
+    def objectives(self, w, aw_t, scale, h_t):
+        """E (G, k): the fused kernel where the quantizer uses it, else the eager one."""
+        if self.q.use_compile:
+            return self.q._fused_objectives(w, scale, h_t)
+        return kernels.eager_objectives(self.torch, aw_t, scale, h_t, self.q._buffers())
+
+    def encode(self, w, scale):
+        """Codes (G, 16) uint8 of the groups at their effective scales (G,) float64."""
+        if self.q.use_compile:
+            return self.q._fused_encode(w, scale).to(self.torch.uint8)
+        return kernels.eager_encode(self.torch, w, scale, self.q._buffers())
+
+    def h_columns(self, i0, i1, rows):
+        """h of the block's groups as (16, G) float64: the row's pattern for every row."""
+        key = (i0, i1, rows)
+        h_t = self.h_columns_cache.get(key)
+        if h_t is None:
+            h_t = self.h[GROUP * i0:GROUP * i1].view(i1 - i0, GROUP).t().repeat(1, rows)
+            self.h_columns_cache[key] = h_t = h_t.contiguous()
+        return h_t
+
+
+class HostCopy:
+    """``DeviceResult.to_host``'s runtime for torch tensors."""
+
+    @staticmethod
+    def to_host(tensor) -> np.ndarray:
+        return tensor.cpu().numpy()
+
+
+def to_host(result) -> QuantizedWeight:
+    """The reference's result record of a ``TensorRun`` result, on the host."""
+    return result.to_host(HostCopy)
+
