@@ -123,7 +123,7 @@ def open_runner(model: ModelPath, *, context: int, engine: str = "auto", loader:
         if model.kind != "compressed-tensors":
             raise ValueError(f"--loader library: {model.path} is a {model.label}, which "
                              "transformers cannot run on a CPU; --loader kit decodes it")
-        built = _compressed_tensors_model(model.path)
+        built = compressed_tensors_model(model.path)
         facts = {"route": "transformers + compressed-tensors, decompressed on load "
                           "(CompressedTensorsConfig(dequantize=True)), cast to float32",
                  "compressed-tensors": package_version("compressed-tensors")}
@@ -180,7 +180,7 @@ def _has_experts(directory: Path) -> bool:
     return bool(inventory(directory).experts)
 
 
-def _compressed_tensors_model(directory: Path):
+def compressed_tensors_model(directory):
     """transformers + compressed-tensors, decompressed on load, in float32.
 
     Loaded plainly (``from_pretrained(dir)``, transformers 5.17 to 5.24) the Linears stay
