@@ -95,7 +95,6 @@ def _check_context(runner, context: int, option: str, path) -> None:
 
 def evaluate(checked: CheckedRequest, log=print) -> dict:
     """The evaluation, as the JSON document ``hscale eval --json`` writes."""
-    from .scores import Scores, score_window
     request, started = checked.request, time.perf_counter()
     seconds = {}
     runner = open_runner(checked.model, context=request.context, engine=request.engine,
@@ -124,14 +123,8 @@ def evaluate(checked: CheckedRequest, log=print) -> dict:
             original = {"path": str(checked.original.path), "kind": checked.original.label,
                         **reference.facts,
                         "tokenizer_agrees": reference.tokenize(checked.text) == tokens}
-        scores = Scores()
         mark = time.perf_counter()
-        for index in _progress(range(windows.count), request.progress, windows.count,
-                               checked.original is not None):
-            ids = windows.ids[index]
-            logits = runner.logits(ids)
-            base = reference.logits(ids) if reference is not None else None
-            scores.add(score_window(logits, windows.targets[index], windows.first, base))
+        scores = score_windows(runner, windows, reference, request.progress)
         seconds["windows"] = time.perf_counter() - mark
     finally:
         runner.close()
@@ -153,6 +146,20 @@ def evaluate(checked: CheckedRequest, log=print) -> dict:
                         "scored_per_window": windows.scored_per_window},
             **scores.figures(),
             "seconds": {k: round(v, 2) for k, v in seconds.items()}}
+
+
+def score_windows(runner, windows, reference=None, progress: bool = False):
+    """Every window through ``runner`` (and ``reference``, anything with ``logits(ids)``: the
+    original's runner, or logits kept from an earlier run), scored (``Scores``)."""
+    from .scores import Scores, score_window
+    scores = Scores()
+    for index in _progress(range(windows.count), progress, windows.count,
+                           reference is not None):
+        ids = windows.ids[index]
+        logits = runner.logits(ids)
+        base = reference.logits(ids) if reference is not None else None
+        scores.add(score_window(logits, windows.targets[index], windows.first, base))
+    return scores
 
 
 def _progress(items, enabled: bool, count: int, with_original: bool):
