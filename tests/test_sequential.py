@@ -236,7 +236,8 @@ def test_experts_that_are_linear_modules_get_h_from_their_routed_tokens():
         stats.batch(0, None)
         block(x)
     stats.reduce()
-    h, _, tokens = stats.result()
+    result = stats.result()
+    h, tokens = result.h, result.tokens
     flat = x.reshape(-1, 16).double()
     choice = flat[:, 0].abs().mul(10).long() % 3
     for e in range(3):

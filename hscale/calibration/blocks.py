@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .statistics import LayerStatistics
+
 #: Tokens cast to float64 at a time (bounds the hook's transient: 2048 x 14336 x 8 B = 235 MB).
 ROWS = 2048
 
@@ -249,21 +251,18 @@ class BlockStatistics:
                         "tokens through it (statistics only)")
         self.kept.clear()
 
-    def result(self):
-        """({module: h}, {module: H} (with ``full``), {module: tokens}) for every module that
-        saw its input (or got a fallback), float64 numpy; modules sharing an input share the
-        same arrays. ``input_amax()`` gives the modules' amax the same way."""
+    def result(self) -> LayerStatistics:
+        """The statistics of every module that saw its input (or got a fallback), after
+        ``reduce`` (and ``fill_unrouted``): h, H (with ``full``), the tokens each saw, the
+        fallbacks, the input amax (HSCALE-CAL-2; a module no token reached is absent), float64
+        numpy; modules sharing an input share the same arrays."""
         shares = self._shares()
-        h = {m: self.h[k] for m, k in shares.items() if k in self.h}
-        H = {m: self.H[k] for m, k in shares.items() if k in self.H}
-        tokens = {m: self.tokens.get(k, 0) for m, k in shares.items()}
-        return h, H, tokens
-
-    def input_amax(self) -> dict:
-        """{module: max |x| over its counted tokens} (HSCALE-CAL-2), after ``reduce`` (and
-        ``fill_unrouted``): shared as ``result`` shares h; a module no token reached is
-        absent."""
-        return {m: self.amax[k] for m, k in self._shares().items() if k in self.amax}
+        return LayerStatistics(
+            h={m: self.h[k] for m, k in shares.items() if k in self.h},
+            H={m: self.H[k] for m, k in shares.items() if k in self.H},
+            tokens={m: self.tokens.get(k, 0) for m, k in shares.items()},
+            fallbacks=dict(self.fallbacks),
+            amax={m: self.amax[k] for m, k in shares.items() if k in self.amax})
 
     def _shares(self) -> dict:
         shares = dict(self.shares)

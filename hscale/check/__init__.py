@@ -58,6 +58,12 @@ def check_checkpoint(checkpoint, original=None, hessian=None, backend="auto",
     llm-compressor recipe with a GPTQ modifier)."""
     from hscale.backends import get
     from hscale.pipelines import resolve_backend
+    if original is not None and Path(original).is_file():  # a GGUF model, as quantize reads it
+        from hscale.checkpoints.from_gguf import temporary_model_directory
+        with temporary_model_directory(original) as directory:
+            report = check_checkpoint(checkpoint, directory, hessian, backend, error_feedback)
+        report.original = str(original)
+        return report
     started = time.perf_counter()
     fast = get(resolve_backend(backend)) if backend else None
     checkpoint = Path(checkpoint)
@@ -146,12 +152,15 @@ def _recipe_hint(directory: Path) -> tuple:
     with a GPTQ modifier."""
     from hscale.pipelines import PIPELINES
     from hscale.quantize.report import REPORT_NAME
+    from hscale.quantize.source import gguf_side_file
     hint = made_by = None
+    report = directory / REPORT_NAME if directory.is_dir() else gguf_side_file(directory,
+                                                                               "report")
     try:
-        request = json.loads((directory / REPORT_NAME).read_text())["request"]
+        request = json.loads(report.read_text())["request"]
         hint = request["method"], PIPELINES[request["pipeline"]].init
         if not PIPELINES[request["pipeline"]].rederivable:
-            made_by = f"{REPORT_NAME} names the {request['pipeline']} pipeline"
+            made_by = f"{report.name} names the {request['pipeline']} pipeline"
     except (OSError, ValueError, KeyError, TypeError):
         pass
     try:

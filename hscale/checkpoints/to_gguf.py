@@ -39,8 +39,10 @@ from hscale.files import check_target, replacing
 
 from hscale.reference.gguf_blocks import BLOCK, BLOCK_BYTES, to_gguf_blocks
 
+from .from_gguf import METADATA_NAME, add_fields, carried_fields, field_value, tensor_bytes
 from .gguf import (PREC_A4_KEY, PREC_NAMES_KEY, SOURCE_MODULES_KEY, SOURCE_TENSORS_KEY,
-                   GGUFCheckpoint, is_gguf_file, permuted_heads, require_gguf, rope_permute)
+                   GGUFCheckpoint, is_gguf_file, permuted_heads, require_gguf, rope_permute,
+                   rope_unpermute)
 from .safetensors import CheckpointError
 from .stored import open_checkpoint, read_stored_linear
 
@@ -70,11 +72,16 @@ class GGUFConversion:
     bytes: int = 0
     seconds: float = 0.0
     modules: list = field(default_factory=list)
+    raw_tensors: int = 0  # copied as stored from the source GGUF (``raw_from``)
 
 
-def convert_to_gguf(source, destination, *, force: bool = False) -> GGUFConversion:
+def convert_to_gguf(source, destination, *, force: bool = False,
+                    raw_from=None) -> GGUFConversion:
     """``hscale convert SRC DST --to gguf``; see the module docstring. A source that cannot be
-    written as GGUF raises ``CheckpointError`` before anything is written."""
+    written as GGUF raises ``CheckpointError`` before anything is written. ``raw_from``: the
+    GGUF model file the source was quantized from (``hscale quantize FILE.gguf --format
+    gguf``): its tensors that are not quantized are copied from it as stored (their ggml
+    type and bytes), and any it has that the checkpoint lacks too."""
     from .convert import _refuse_activation_quantization
     started = time.perf_counter()
     gguf = require_gguf()
@@ -82,20 +89,36 @@ def convert_to_gguf(source, destination, *, force: bool = False) -> GGUFConversi
     if is_gguf_file(source):
         raise CheckpointError(f"{source}: already GGUF (hscale convert --to gguf reads a "
                               "compressed-tensors or ModelOpt checkpoint directory)")
-    _check_destination(destination, force)
+    check_destination(destination, force)
     detected, model, modules = open_checkpoint(source)
     _refuse_activation_quantization(model, detected, source)
-    config = json.loads((source / "config.json").read_text())
-    architecture, hparams = _hyperparameters(config, source)
+    carried = carried_fields(source)
+    if carried is not None:
+        architecture, hparams = _carried_hyperparameters(carried, source)
+    else:
+        config = json.loads((source / "config.json").read_text())
+        architecture, hparams = hyperparameters(config, source)
     name_map = gguf.get_tensor_name_map(
         next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == architecture),
         hparams["block_count"])
     plan = _plan(model, modules, detected.layout, name_map, architecture, hparams, source)
+    if raw_from is not None:
+        plan = _raw_plan(plan, Path(raw_from), gguf, architecture, hparams)
 
     report = GGUFConversion(str(source), str(destination), detected.format, architecture)
     writer = gguf.GGUFWriter(None, architecture)
-    _add_hyperparameters(writer, gguf, source.name, hparams)
-    report.vocabulary = _add_vocabulary(writer, gguf, source, hparams["vocab_size"])
+    if carried is not None:
+        add_fields(writer, carried, skip=("general.architecture",))
+        writer.add_file_type(gguf.LlamaFileType.MOSTLY_NVFP4)
+        writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+        report.vocabulary = (
+            f"the source GGUF's ({field_value(carried, 'tokenizer.ggml.model')!r} model, "
+            f"pre-tokenizer {field_value(carried, 'tokenizer.ggml.pre')!r}, "
+            f"{len(field_value(carried, 'tokenizer.ggml.tokens', []))} tokens), carried with "
+            f"its other metadata from {METADATA_NAME}")
+    else:
+        _add_hyperparameters(writer, gguf, source.name, hparams)
+        report.vocabulary = _add_vocabulary(writer, gguf, source, hparams["vocab_size"])
     nvfp4 = [entry["gguf"] for entry in plan if entry["kind"] == "nvfp4"]
     writer.add_array(PREC_NAMES_KEY, nvfp4)
     writer.add_array(PREC_A4_KEY, [False] * len(nvfp4))
@@ -114,22 +137,24 @@ def convert_to_gguf(source, destination, *, force: bool = False) -> GGUFConversi
         _verify(temporary, model, detected.layout, plan)
         report.bytes = temporary.stat().st_size
     report.nvfp4_tensors = len(nvfp4)
-    report.other_tensors = sum(1 for e in plan if e["kind"] == "plain")
+    report.other_tensors = sum(1 for e in plan if e["kind"] in ("plain", "raw"))
+    report.raw_tensors = sum(1 for e in plan if e["kind"] == "raw")
     report.modules = [e["hf"] for e in plan if e["kind"] == "nvfp4"]
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _check_destination(destination: Path, force: bool) -> None:
+def check_destination(destination: Path, force: bool, argument: str = "DST") -> None:
+    """A GGUF file can be written at ``destination`` (``argument`` names it in messages)."""
     if str(destination) == "-":
-        raise CheckpointError("DST -: a GGUF file is written to a named file (llama.cpp maps it "
-                              "from disk), not to standard output")
-    check_target(destination, argument="DST")  # never a link, a device or a directory
+        raise CheckpointError(f"{argument} -: a GGUF file is written to a named file (llama.cpp "
+                              "maps it from disk), not to standard output")
+    check_target(destination, argument=argument)  # never a link, a device or a directory
     if destination.exists() and not force:
-        raise CheckpointError(f"DST {destination}: exists (--force replaces it)")
+        raise CheckpointError(f"{argument} {destination}: exists (--force replaces it)")
 
 
-def _hyperparameters(config: dict, source: Path) -> tuple[str, dict]:
+def hyperparameters(config: dict, source: Path) -> tuple[str, dict]:
     """(llama.cpp architecture, the hyperparameters its loader reads) from config.json, or a
     CheckpointError for a model llama.cpp would not run correctly from this file."""
     model_type = config.get("model_type")
@@ -162,6 +187,24 @@ def _hyperparameters(config: dict, source: Path) -> tuple[str, dict]:
         "rms_norm_eps": float(config.get("rms_norm_eps", 1e-6)),
         "vocab_size": int(config["vocab_size"]),
     }
+
+
+def _carried_hyperparameters(carried: list[dict], source: Path) -> tuple[str, dict]:
+    """(llama.cpp architecture, what the plan needs) from the header a checkpoint carries
+    from its source GGUF, or a CheckpointError for an architecture whose graph does not apply
+    every .scale."""
+    architecture = field_value(carried, "general.architecture")
+    if architecture not in set(ARCHITECTURES.values()):
+        raise CheckpointError(
+            f"{source / METADATA_NAME}: general.architecture {architecture!r}: not one whose "
+            "llama.cpp graph is known to apply every NVFP4 tensor's .scale; GGUF NVFP4 is "
+            f"written for {', '.join(sorted(set(ARCHITECTURES.values())))} (spec NVFP4-GGUF-1)")
+    heads = field_value(carried, f"{architecture}.attention.head_count")
+    return architecture, {
+        "block_count": int(field_value(carried, f"{architecture}.block_count")),
+        "head_count": int(heads),
+        "head_count_kv": int(field_value(carried, f"{architecture}.attention.head_count_kv",
+                                         heads))}
 
 
 def _add_hyperparameters(writer, gguf, name: str, hparams: dict) -> None:
@@ -339,6 +382,7 @@ def _verify(path: Path, model, layout, plan: list[dict]) -> None:
     scale bytes and s_g, and every other tensor's values, must be the source's exactly (else
     this is a bug, and nothing is committed)."""
     written = GGUFCheckpoint(path)
+    stored = None  # the written file's tensors as stored, for those copied raw
     for entry in plan:
         if entry["kind"] == "nvfp4":
             module = entry["hf"].removesuffix(".weight")
@@ -350,6 +394,10 @@ def _verify(path: Path, model, layout, plan: list[dict]) -> None:
             after, before = written.array(entry["hf"]), model.array(entry["hf"])
             same = after.shape == before.shape and np.array_equal(
                 after.astype(np.float32), before.astype(np.float32))
+        elif entry["kind"] == "raw":
+            if stored is None:
+                stored = {t.name: t for t in require_gguf().GGUFReader(path).tensors}
+            same = _same_raw(entry, stored[entry["gguf"]], model)
         else:
             continue
         if not same:
@@ -358,12 +406,67 @@ def _verify(path: Path, model, layout, plan: list[dict]) -> None:
                                "was written)")
 
 
+def _raw_plan(plan: list[dict], path: Path, gguf, architecture: str, hparams: dict
+              ) -> list[dict]:
+    """The tensors of the file when the checkpoint was quantized from the GGUF model ``path``:
+    the source's tensors in its order, each quantized Linear's NVFP4 tensor and .scale in place
+    of its weight, every other tensor copied as stored (its ggml type and bytes: a Q8_0
+    embedding stays Q8_0, so llama.cpp runs it as it ran the source)."""
+    reader = gguf.GGUFReader(path)
+    fields = {f"{architecture}.attention.head_count": hparams["head_count"],
+              f"{architecture}.attention.head_count_kv": hparams["head_count_kv"]}
+    quantized: dict = {}
+    plain = {e["gguf"]: e for e in plan if e["kind"] == "plain"}
+    for entry in plan:
+        if entry["kind"] == "nvfp4":
+            quantized[entry["gguf"]] = [entry]
+            last = entry["gguf"]
+        elif entry["kind"] == "scale":
+            quantized[last].append(entry)
+    out = []
+    for tensor in reader.tensors:
+        if tensor.name in quantized:
+            out += quantized.pop(tensor.name)
+            continue
+        known = plain.pop(tensor.name, None)
+        data = np.asarray(tensor.data)
+        out.append({"kind": "raw", "hf": known["hf"] if known else tensor.name,
+                    "gguf": tensor.name, "shape": data.shape, "numpy": data.dtype.str,
+                    "nbytes": int(tensor.n_bytes), "raw": tensor.tensor_type,
+                    "data": lambda data=data: data, "stored": data,
+                    "heads": permuted_heads(architecture, tensor.name, fields),
+                    "compare": known is not None})
+    missing = list(quantized) + list(plain)
+    if missing:
+        raise CheckpointError(f"{path}: has no tensor {missing[0]} (nor {len(missing) - 1} "
+                              "others): not the GGUF file this checkpoint was quantized from")
+    return out
+
+
+def _same_raw(entry: dict, tensor, model) -> bool:
+    """A tensor copied as stored: its bytes in the written file (``tensor``) are the source
+    GGUF's, and (where the checkpoint has it) their dequantization is the checkpoint's."""
+    import gguf
+    if tensor.tensor_type != entry["raw"] or not np.array_equal(
+            tensor_bytes(tensor), np.asarray(entry["stored"]).reshape(-1).view(np.uint8)):
+        return False
+    if not entry["compare"]:
+        return True
+    values = gguf.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)
+    if entry["heads"] is not None:
+        values = rope_unpermute(values, entry["heads"])
+    before = model.array(entry["hf"]).astype(np.float32)
+    return values.shape == before.shape and np.array_equal(values, before)
+
+
 def format_gguf_conversion(report: GGUFConversion) -> str:
     return "\n".join([
         f"{report.source} ({report.source_format}) -> {report.destination} (gguf, "
         f"{report.architecture}): {report.nvfp4_tensors} quantized Linears as NVFP4 blocks "
         "with their .scale (codes, scale bytes and s_g unchanged), "
-        f"{report.other_tensors} other tensors copied exactly; {report.bytes:,} bytes; "
+        f"{report.other_tensors} other tensors copied exactly"
+        + (f" ({report.raw_tensors} as stored in the source GGUF, their ggml types kept)"
+           if report.raw_tensors else "") + f"; {report.bytes:,} bytes; "
         f"{report.seconds:.1f} s",
         f"vocabulary: {report.vocabulary}",
         f"written: {report.destination} (read back and compared with the source)"])

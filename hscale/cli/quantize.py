@@ -54,9 +54,13 @@ def _request(args, **overrides):
 def _quantize(args) -> int:
     from hscale.models import DEFAULT_IGNORE
     from hscale.quantize import REPORT_NAME, format_summary, quantize_model
+    from hscale.quantize.source import gguf_side_file
     ignore = tuple(args.ignore) if args.ignore is not None else DEFAULT_IGNORE
-    request = _request(args, out=args.out, pipeline=args.pipeline, method=args.method,
-                       format=args.format, scheme=args.scheme, backend=args.backend, K=args.K,
+    gguf_in = args.model_dir is not None and Path(args.model_dir).is_file()
+    fmt = args.format or ("gguf" if gguf_in else "compressed-tensors")
+    out = args.out or ("nvfp4-model.gguf" if fmt == "gguf" else "nvfp4-model")
+    request = _request(args, out=out, pipeline=args.pipeline, method=args.method,
+                       format=fmt, scheme=args.scheme, backend=args.backend, K=args.K,
                        U=args.U, ignore=ignore, hessian=args.hessian, damp=args.damp,
                        block_size=args.block_size, act_order=args.act_order,
                        static_groups=args.static_groups, max_shard_bytes=args.max_shard_size,
@@ -66,7 +70,8 @@ def _quantize(args) -> int:
     if report.rank:  # under torchrun: process 0 reports for all
         return EXIT_OK
     print(format_summary(report))
-    print(f"\nwritten: {report.out} (report: {Path(report.out) / REPORT_NAME})")
+    where = gguf_side_file(out, "report") if fmt == "gguf" else Path(report.out) / REPORT_NAME
+    print(f"\nwritten: {report.out} (report: {where})")
     return EXIT_OK
 
 
@@ -90,20 +95,28 @@ def add_parsers(commands) -> None:
     quantize = commands.add_parser(
         "quantize", help="quantize a Hugging Face model into an NVFP4 checkpoint engines load "
                          "(default: the bundled all-MiniLM-L6-v2)",
-        description="Quantize every Linear of a Hugging Face model directory with a pipeline "
-                    "(rtn, 4over6, gptq) and a scale method (rtn, scale-only, hscale) and write "
-                    "a compressed-tensors or ModelOpt NVFP4 checkpoint (docs/quantize.md).")
-    quantize.add_argument("model_dir", nargs="?", default=None, metavar="MODEL_DIR",
-                          help="a Hugging Face model directory with safetensors weights "
-                               "(default: the bundled all-MiniLM-L6-v2)")
-    quantize.add_argument("--out", default="nvfp4-model", help="output directory "
-                                                               "(default nvfp4-model)")
+        description="Quantize every Linear of a Hugging Face model directory or a GGUF model "
+                    "file with a pipeline (rtn, 4over6, gptq) and a scale method (rtn, "
+                    "scale-only, hscale) and write a compressed-tensors or ModelOpt NVFP4 "
+                    "checkpoint, or a GGUF NVFP4 file llama.cpp runs (docs/quantize.md).")
+    quantize.add_argument("model_dir", nargs="?", default=None, metavar="MODEL",
+                          help="a Hugging Face model directory with safetensors weights, or a "
+                               "GGUF model file (any architecture transformers reads from GGUF; "
+                               "dequantized by transformers' GGUF loading); default: the "
+                               "bundled all-MiniLM-L6-v2")
+    quantize.add_argument("--out", default=None,
+                          help="output directory (default nvfp4-model), or with --format gguf "
+                               "the .gguf file (default nvfp4-model.gguf)")
     quantize.add_argument("--pipeline", default="rtn", choices=tuple(PIPELINES),
                           help="rtn (max-abs init), 4over6 (4over6 init, C = 256), gptq")
     quantize.add_argument("--method", default="hscale", choices=METHODS,
                           help="the scale byte: rtn keeps the initial byte, scale-only searches "
                                "with h = 1, hscale with h (default)")
-    quantize.add_argument("--format", default="compressed-tensors", choices=FORMATS)
+    quantize.add_argument("--format", default=None, choices=FORMATS + ("gguf",),
+                          help="compressed-tensors (the default for a model directory), "
+                               "modelopt, or gguf (the default for a GGUF model: a GGUF NVFP4 "
+                               "file llama.cpp runs, carrying a GGUF source's tokenizer, "
+                               "metadata and unquantized tensors as stored)")
     quantize.add_argument("--scheme", default="w4a16", choices=SCHEMES,
                           help="w4a16 (default): NVFP4 weights, activations kept; w4a4: also "
                                "each Linear's activation scale from its calibrated input amax "

@@ -73,16 +73,21 @@ def architecture_linears(directory: Path) -> dict[str, tuple[int, int]]:
             for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
 
 
-def saved_tensor_shapes(model) -> dict[str, tuple[int, ...]]:
-    """{name: shape} of what transformers' ``save_pretrained`` writes for ``model`` (built on
-    meta will do): its state dict through the two steps save_pretrained applies, tied weights
-    removed and the load-time conversions reverted (fused MoE experts written per expert, 2-D;
-    Mixtral's ``mlp`` renamed ``block_sparse_moe``)."""
+def saved_state(model) -> dict:
+    """{name: tensor} of what transformers' ``save_pretrained`` writes for ``model``: its state
+    dict through the two steps save_pretrained applies, tied weights removed and the load-time
+    conversions reverted (fused MoE experts written per expert, 2-D; Mixtral's ``mlp`` renamed
+    ``block_sparse_moe``)."""
     from transformers.core_model_loading import revert_weight_conversion
     from transformers.modeling_utils import remove_tied_weights_from_state_dict
     state = remove_tied_weights_from_state_dict(model.state_dict(), model)
-    state = revert_weight_conversion(model, state)
-    return {name: tuple(tensor.shape) for name, tensor in state.items()}
+    return revert_weight_conversion(model, state)
+
+
+def saved_tensor_shapes(model) -> dict[str, tuple[int, ...]]:
+    """{name: shape} of what ``save_pretrained`` writes for ``model`` (built on meta will do):
+    ``saved_state``'s shapes."""
+    return {name: tuple(tensor.shape) for name, tensor in saved_state(model).items()}
 
 
 def linear_layers(model, *, include_tied: bool = True) -> List[Tuple[str, Any]]:

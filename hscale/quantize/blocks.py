@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 
+from hscale.calibration import LayerStatistics
 from hscale.calibration.blocks import BlockStatistics
 from hscale.models.decoder import SequentialDecoder
 
@@ -57,10 +58,9 @@ class BlockCalibration:
                         self.hidden[b] = layer(self.hidden[b], **self.kwargs[b][index])
                 self.decoder.release(index)
 
-    def run_block(self, index: int, full: bool):
-        """Block ``index`` run on the batches: ``({module: h}, {module: H}, {module: tokens},
-        {module: fallback}, {module: input amax})`` with checkpoint module names, reduced over
-        every process."""
+    def run_block(self, index: int, full: bool) -> LayerStatistics:
+        """Block ``index`` run on the batches: its statistics (checkpoint module names), reduced
+        over every process."""
         import torch
         started = time.perf_counter()
         layer = self.decoder.materialize(index)
@@ -83,19 +83,16 @@ class BlockCalibration:
         self.seconds["statistics"] += time.perf_counter() - started
         self.seconds["forward"] += forward
         self.decoder.release(index)
-        h, H, tokens = stats.result()
-        return h, H, tokens, dict(stats.fallbacks), stats.input_amax()
+        return stats.result()
 
-    def head_statistics(self, module: str, full: bool):
-        """h (and H), tokens and input amax of the head's input: the final norm of the last
-        block's output."""
+    def head_statistics(self, module: str, full: bool) -> LayerStatistics:
+        """The statistics of the head's input: the final norm of the last block's output."""
         stats = BlockStatistics(None, None, self.decoder.layout, full)
         for b in self.mine:
             stats.batch(b, self.masks[b])
             stats.add_rows(module, stats.rows_of(self.decoder.final_norm(self.hidden[b])))
         stats.reduce(self.ranks.gather, self.ranks.all_reduce)
-        h, H, tokens = stats.result()
-        return h, H, tokens, stats.input_amax()
+        return stats.result()
 
     def block_h_bytes(self, index: int, plans) -> int:
         """Bytes of float64 H of the block's planned weights, one per distinct input at most

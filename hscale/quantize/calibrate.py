@@ -16,7 +16,8 @@ from hscale.models.inventory import inventory
 from hscale.models.loading import quiet_transformers
 
 from .plan import plan_layers
-from .request import QuantizeRequest, check_calibration_data, check_device, model_directory
+from .request import QuantizeRequest, check_calibration_data, check_device
+from .source import check_source, source_directory
 
 
 def calibration_texts(request: QuantizeRequest) -> list[str]:
@@ -121,7 +122,12 @@ def calibrate_to_file(request: QuantizeRequest, path, *, full: bool, force: bool
             raise ValueError(f"--{name.replace('_', '-')} {value}: must be a positive integer")
     check_calibration_data(request)
     check_device(request.device)
-    directory = model_directory(request)
+    check_source(request)
+    with source_directory(request) as directory:
+        return _calibrate_directory(path, directory, request, full)
+
+
+def _calibrate_directory(path: Path, directory: Path, request: QuantizeRequest, full: bool):
     source = SafetensorsModel(directory)
     model = meta_model(directory)
     found = inventory(directory, model)
@@ -176,12 +182,12 @@ def _calibrate_blocks(path: Path, directory, source, model, found, plans, reques
         calibration.start()
         for index in range(found.blocks):
             progress.block(index, "calibrating")
-            h, H = calibration.run_block(index, full)[:2]
-            _write_statistics(writer, groups[1 + index], h, H, full)
+            _write_statistics(writer, groups[1 + index], calibration.run_block(index, full),
+                              full)
             progress.advance(sum(p.weights for p in groups[1 + index]))
         if groups[-1]:
-            h, H = calibration.head_statistics(found.head, full)[:2]
-            _write_statistics(writer, groups[-1], h, H, full)
+            _write_statistics(writer, groups[-1], calibration.head_statistics(found.head, full),
+                              full)
         progress.close()
         writer.close()
         os.replace(temporary / "model.safetensors", path)
@@ -190,11 +196,11 @@ def _calibrate_blocks(path: Path, directory, source, model, found, plans, reques
     return facts
 
 
-def _write_statistics(writer, plans, h, H, full) -> None:
+def _write_statistics(writer, plans, stats, full) -> None:
     import numpy as np
     for plan in plans:
-        writer.write(f"h.{plan.module}", np.asarray(h.get(plan.module, np.zeros(plan.cols)),
-                                                    np.float64))
+        writer.write(f"h.{plan.module}", np.asarray(
+            stats.h.get(plan.module, np.zeros(plan.cols)), np.float64))
         if full:
             writer.write(f"H.{plan.module}", np.asarray(
-                H.get(plan.module, np.zeros((plan.cols, plan.cols))), np.float64))
+                stats.H.get(plan.module, np.zeros((plan.cols, plan.cols))), np.float64))

@@ -1,7 +1,8 @@
 """One planned weight quantized: its global scale (shared across a fused set, NVFP4-CKPT-3), the
 pipeline's quantizer on the chosen backend, the format's tensors, and its report entry (the
 errors against RTN at the same s_g, the calibration tokens it saw). Both paths of
-``quantize_model`` (the whole model, block by block) quantize through here."""
+``quantize_model`` (the whole model, block by block) quantize each weight through one step,
+``quantize_planned``."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import time
 
 import numpy as np
 
+from hscale.calibration import LayerStatistics
 from hscale.checkpoints import layout_named
 from hscale.evaluation.quality import layer_quality, rounding_quality
 from hscale.pipelines import PIPELINES, quantize_weight
 from hscale.reference import GROUP_SIZE, QuantizedWeight, compute_global_scale
 from hscale.reference.quantize import encode_groups
 from hscale.reference.validation import WEIGHT_DTYPES, check_weight_finite
+
+from .activations import add_input_scale
+from .context import RunContext
 
 #: Rows encoded at once where a layer's codes are recomputed (bounds the float64 copies).
 ROWS_PER_BLOCK = 1024
@@ -122,4 +127,32 @@ def quantize_layer(plan, weight, global_scale, request, backend, layout, h=None,
     if timings is not None:
         timings["search"] = timings.get("search", 0.0) + searched - started
         timings["errors"] = timings.get("errors", 0.0) + time.perf_counter() - searched
+    return tensors, entry
+
+
+def quantize_planned(c: RunContext, plan, weight, scales: dict, stats: LayerStatistics,
+                     position: tuple[int, int]):
+    """The one step of both paths of a run for one planned weight (``position``: its index
+    and the count shown on the progress bar): its fused set's s_g (NVFP4-CKPT-3, from the
+    largest amax of the members, computed when the set's first member comes and kept in
+    ``scales``), ``quantize_layer`` with the weight's statistics, the activation scale of a
+    W4A4 layout (HSCALE-CAL-2), the progress. Returns ``(tensors to write, report entry)``."""
+    c.progress.tensor(*position, plan.module)
+    if plan.module not in scales and len(plan.fused_with) > 1:
+        s_g = set_global_scale(
+            plan.fused_with,
+            lambda m: weight if m == plan.module else c.source.array(f"{m}.weight"),
+            c.layout, PIPELINES[c.request.pipeline].scale_ceiling)
+        scales.update({m: s_g for m in plan.fused_with})
+    done = [0]
+
+    def on_groups(weights):
+        done[0] += weights
+        c.progress.advance(weights)
+    tensors, entry = quantize_layer(
+        plan, weight, scales.get(plan.module), c.request, c.backend, c.layout,
+        stats.h.get(plan.module), stats.H.get(plan.module), stats.tokens.get(plan.module),
+        stats.fallbacks.get(plan.module), on_groups, c.timings)
+    add_input_scale(plan, tensors, entry, stats.amax, c.layout)
+    c.progress.advance(plan.weights - done[0])
     return tensors, entry

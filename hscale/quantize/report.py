@@ -26,6 +26,7 @@ class QuantizeReport:
     warnings: list = field(default_factory=list)
     path: str = ""  # "block by block" or "whole model" (on N processes)
     rank: int = 0  # under torchrun: this process's (only process 0's report is complete)
+    gguf: dict = field(default_factory=dict)  # --format gguf: the conversion to the file
 
 
 #: Tensors named per reason in the summary; the rest counted.

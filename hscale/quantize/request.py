@@ -19,11 +19,11 @@ from hscale.reference.validation import MODEL_METHODS, check_choice
 class QuantizeRequest:
     """Everything ``hscale quantize`` takes (the command's options, one for one)."""
 
-    model_dir: str | None = None  # None: the bundled all-MiniLM-L6-v2
+    model_dir: str | None = None  # a directory or a GGUF file; None: the bundled MiniLM
     out: str = "nvfp4-model"
     pipeline: str = "rtn"
     method: str = "hscale"
-    format: str = "compressed-tensors"
+    format: str = "compressed-tensors"  # or modelopt, or gguf (a GGUF NVFP4 file, --out NAME.gguf)
     scheme: str = "w4a16"  # "w4a4": an activation scale per Linear too (HSCALE-CAL-2)
     backend: str = "auto"  # the fastest exact backend here (hscale.pipelines.default_backend)
     K: int = DEFAULT_K
@@ -80,12 +80,16 @@ def check_device(device) -> None:
                          "here")
 
 
-def check_request(request: QuantizeRequest) -> None:
-    """Every option checked before any work (one clear error each)."""
+def check_request(request: QuantizeRequest):
+    """Every option checked before any work (one clear error each). Returns the backend it
+    checked, built once for the run (``hscale.backends.get`` of the resolved ``--backend``)."""
+    from .source import GGUF_FORMAT, check_gguf_output, check_source
     pipeline_named(request.pipeline)
     check_choice("method", request.method, MODEL_METHODS)
-    if request.format not in FORMATS:
-        raise ValueError(f"--format {request.format!r}: one of {', '.join(FORMATS)}")
+    if request.format not in FORMATS + (GGUF_FORMAT,):
+        raise ValueError(f"--format {request.format!r}: one of "
+                         f"{', '.join(FORMATS + (GGUF_FORMAT,))}")
+    check_source(request)
     if request.scheme not in SCHEMES:
         raise ValueError(f"--scheme {request.scheme!r}: one of {', '.join(SCHEMES)}")
     if request.scheme == "w4a4" and request.hessian is not None:
@@ -103,6 +107,8 @@ def check_request(request: QuantizeRequest) -> None:
         raise ValueError("--static-groups: only the gptq pipeline has groups to fix up front")
     if request.act_order and request.pipeline != "gptq":
         raise ValueError("--act-order: only the gptq pipeline has a column order")
+    if request.format == GGUF_FORMAT:
+        check_gguf_output(request)
     check_calibration_data(request)
     check_device(request.device)
     if request.calibration_dtype not in CALIBRATION_DTYPES:
@@ -124,6 +130,7 @@ def check_request(request: QuantizeRequest) -> None:
     ok, why = backend.available()
     if not ok:
         raise ValueError(f"--backend {request.backend}: not available here: {why}")
+    return backend
 
 
 def check_calibration_data(request: QuantizeRequest) -> None:

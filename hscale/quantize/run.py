@@ -31,23 +31,25 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections import Counter
 from dataclasses import asdict
-from types import SimpleNamespace
 
 from hscale import __version__
 from hscale.checkpoints import SafetensorsModel, copy_side_files, layout_named
+from hscale.files import write_json
 from hscale.models.architecture import meta_model
 from hscale.models.inventory import inventory
 from hscale.pipelines import AUTO_BACKEND_RULE, resolve_backend
 
 from .calibrate import calibration_batches, width_warnings
+from .context import RunContext
 from .distributed import Ranks
 from .plan import ignore_list, kept_tensors, plan_layers
 from .progress import Progress
 from .report import REPORT_NAME, QuantizeReport, header_line, summarize
-from .request import QuantizeRequest, check_request, model_directory, needs_calibration
+from .request import QuantizeRequest, check_request, needs_calibration
 from .resume import HiddenStore, ResumableOutput, TermAsInterrupt, fingerprint
+from .source import (GGUF_FORMAT, fingerprint_files, gguf_side_file, is_gguf_source,
+                     source_directory, work_target)
 
 #: Options that do not change the output (left out of a resumable run's fingerprint).
 NOT_IN_FINGERPRINT = ("force", "progress", "resume", "out")
@@ -56,12 +58,16 @@ NOT_IN_FINGERPRINT = ("force", "progress", "resume", "out")
 def quantize_model(request: QuantizeRequest | None = None, log=None, **options) -> QuantizeReport:
     """``hscale quantize``'s work (see the module docstring); options as QuantizeRequest's.
     ``log(line)`` gets the run's header and notes (nothing by default)."""
-    from hscale.backends import get
     request = request or QuantizeRequest(**options)
-    check_request(request)
+    backend = check_request(request)
     log = log or (lambda line: None)
     started = time.perf_counter()
-    directory = model_directory(request)
+    with source_directory(request, log) as directory:
+        return _quantize_directory(request, backend, directory, log, started)
+
+
+def _quantize_directory(request: QuantizeRequest, backend, directory, log, started: float
+                        ) -> QuantizeReport:
     source = SafetensorsModel(directory)
     model = meta_model(directory)
     found = inventory(directory, model)
@@ -78,8 +84,8 @@ def quantize_model(request: QuantizeRequest | None = None, log=None, **options) 
                              "hscale quantizes block by block (or --hessian / --sequential never "
                              "was given); run it in one process")
         backend_name = resolve_backend(request.backend)
-        report = QuantizeReport(request=asdict(request), source=str(directory),
-                                out=str(request.out))
+        report = QuantizeReport(request=asdict(request), source=str(
+            request.model_dir if is_gguf_source(request) else directory), out=str(request.out))
         report.rank = ranks.rank
         report.request["backend"] = backend_name
         report.request["backend_asked"] = request.backend
@@ -88,24 +94,21 @@ def quantize_model(request: QuantizeRequest | None = None, log=None, **options) 
         report.kept = [asdict(k) for k in kept_tensors(source, plans, found)]
         report.path = ("block by block" if sequential else "whole model") + (
             f" on {ranks.world} processes" if ranks.distributed else "")
-        c = SimpleNamespace(request=request, directory=directory, source=source, model=model,
-                            inventory=found, plans=plans, layout=layout_named(request.format,
-                                                                           request.scheme),
-                            backend=get(backend_name), ranks=ranks, report=report, log=log,
-                            seconds=Counter(), timings={}, batches=None, output=None,
-                            hidden_store=None)
         output = None
         if ranks.main:  # --out checked (and an interrupted run adopted) before the header
             options = {k: v for k, v in asdict(request).items() if k not in NOT_IN_FINGERPRINT}
             options["backend"] = backend_name
-            print_id = fingerprint(source.files, options, __version__)
-            output = ResumableOutput(request.out, request.force, print_id,
+            print_id = fingerprint(fingerprint_files(request, source), options, __version__)
+            output = ResumableOutput(work_target(request), request.force, print_id,
                                      enabled=request.resume and sequential)
             log(header_line(report, plans, found, backend_name, request.backend,
                             AUTO_BACKEND_RULE, ranks.world))
         path = ranks.broadcast(str(output.path) if output is not None else None)
-        c.output = output
-        c.hidden_store = HiddenStore(path) if sequential else None
+        c = RunContext(request=request, directory=directory, source=source, model=model,
+                       inventory=found, plans=plans,
+                       layout=layout_named(_layout_format(request), request.scheme),
+                       backend=backend, ranks=ranks, report=report, log=log, output=output,
+                       hidden_store=HiddenStore(path) if sequential else None)
         with output if output is not None else contextlib.nullcontext(), TermAsInterrupt():
             _run(c, sequential, started)
             if ranks.main:
@@ -115,11 +118,16 @@ def quantize_model(request: QuantizeRequest | None = None, log=None, **options) 
         ranks.close()
 
 
-def _run(c, sequential: bool, started: float) -> None:
+def _layout_format(request: QuantizeRequest) -> str:
+    """The checkpoint layout the run writes: the one asked for, or for a GGUF output the
+    compressed-tensors checkpoint it is converted from."""
+    return "compressed-tensors" if request.format == GGUF_FORMAT else request.format
+
+
+def _run(c: RunContext, sequential: bool, started: float) -> None:
     request = c.request
     c.seconds["plan"] = time.perf_counter() - started
     calibrating = needs_calibration(request) or request.report_errors
-    quantized = [p for p in c.plans if p.quantize]
     if sequential:
         from .sequential import SequentialRun
         if calibrating:
@@ -131,7 +139,7 @@ def _run(c, sequential: bool, started: float) -> None:
                 c.log(f"warning: {line}")
             c.seconds["calibration"] += time.perf_counter() - begun
         c.progress = Progress(request.progress and c.ranks.main,
-                              sum(p.weights for p in quantized), c.inventory.blocks)
+                              sum(p.weights for p in c.quantized), c.inventory.blocks)
         try:
             SequentialRun(c).run()
         finally:
@@ -141,7 +149,7 @@ def _run(c, sequential: bool, started: float) -> None:
         run_whole(c, calibrating)
 
 
-def _finish(c, output, started: float) -> None:
+def _finish(c: RunContext, output, started: float) -> None:
     from .sequential import block_summary
     report, request = c.report, c.request
     copy_side_files(c.directory, output.path)
@@ -153,10 +161,36 @@ def _finish(c, output, started: float) -> None:
         from hscale.evaluation.embeddings import embedding_cosines
         report.summary["embedding_cosine_heldout"] = embedding_cosines(
             c.directory, output.path, heldout_texts())
+    if getattr(output, "finish", None):
+        output.finish()
+    if request.format == GGUF_FORMAT:
+        _write_gguf(c, output)
+    _add_seconds(c, started)
+    if request.format == GGUF_FORMAT:
+        write_json(gguf_side_file(request.out, "report"), asdict(report))
+        output.abort()  # the checkpoint the file was converted from
+        return
+    (output.path / REPORT_NAME).write_text(json.dumps(asdict(report), indent=1) + "\n")
+    output.commit()
+
+
+def _add_seconds(c: RunContext, started: float) -> None:
+    report = c.report
     report.seconds = {k: round(v, 3) for k, v in c.seconds.items() if v or k == "quantize"}
     report.seconds.update({k: round(v, 3) for k, v in c.timings.items()})
     report.seconds["total"] = time.perf_counter() - started
-    if getattr(output, "finish", None):
-        output.finish()
-    (output.path / REPORT_NAME).write_text(json.dumps(asdict(report), indent=1) + "\n")
-    output.commit()
+
+
+def _write_gguf(c: RunContext, output) -> None:
+    """``--format gguf``: the finished checkpoint converted to the GGUF file ``--out``, with
+    the source GGUF's tokenizer, metadata and unquantized tensors as stored when the model came
+    from one (``hscale.checkpoints.to_gguf``)."""
+    from hscale.checkpoints.to_gguf import convert_to_gguf, format_gguf_conversion
+    started = time.perf_counter()
+    request = c.request
+    conversion = convert_to_gguf(output.path, request.out, force=request.force,
+                                 raw_from=request.model_dir if is_gguf_source(request) else None)
+    c.seconds["gguf"] += time.perf_counter() - started
+    c.report.gguf = asdict(conversion)
+    for line in format_gguf_conversion(conversion).splitlines()[:2]:
+        c.log(line)

@@ -14,21 +14,21 @@ import time
 from collections import Counter
 
 from hscale import __version__
+from hscale.calibration import LayerStatistics
 from hscale.checkpoints import ShardWriter
 from hscale.pipelines import PIPELINES
 
-from .activations import add_input_scale
 from .blocks import REPORT_H_BYTES, BlockCalibration
-from .layer import quantize_layer, set_global_scale
+from .context import RunContext
+from .layer import quantize_planned
 from .plan import block_order, output_tensors
 
 
 class SequentialRun:
     """Everything one run needs: set up by ``quantize_model`` (``run.py``)."""
 
-    def __init__(self, context):
-        self.c = context  # request, directory, source, model, inventory, plans, layout,
-        #                  backend, ranks, output, report, progress, log, batches
+    def __init__(self, context: RunContext):
+        self.c = context
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> None:
@@ -87,11 +87,11 @@ class SequentialRun:
                 c.seconds[f"calibration_{key}"] = value
 
     # -- steps -------------------------------------------------------------------------------
-    def _calibrate(self, calibration, index, plans):
+    def _calibrate(self, calibration, index, plans) -> LayerStatistics:
         c = self.c
         c.progress.block(index, "calibrating" if calibration is not None else "quantizing")
         if calibration is None:
-            return {}, {}, {}, {}, {}
+            return LayerStatistics()
         started = time.perf_counter()
         full = PIPELINES[c.request.pipeline].needs_full_hessian or \
             calibration.block_h_bytes(index, plans) <= REPORT_H_BYTES
@@ -99,27 +99,24 @@ class SequentialRun:
         c.seconds["calibration"] += time.perf_counter() - started
         return stats
 
-    def _head_statistics(self, calibration, plans):
+    def _head_statistics(self, calibration, plans) -> LayerStatistics:
         head = self.c.inventory.head
         if calibration is None:
-            return {}, {}, {}, {}, {}
+            return LayerStatistics()
         full = PIPELINES[self.c.request.pipeline].needs_full_hessian
-        h, H, tokens, amax = ({}, {}, {}, {})
-        for plan in plans:
-            if plan.module == head:
-                h, H, tokens, amax = calibration.head_statistics(plan.module, full)
-        fallbacks = {p.module: "outside the decoder blocks, not the head: no calibration "
-                               "input" for p in plans if p.module != head}
-        return h, H, tokens, fallbacks, amax
+        stats = LayerStatistics()
+        if any(plan.module == head for plan in plans):
+            stats = calibration.head_statistics(head, full)
+        stats.fallbacks.update({p.module: "outside the decoder blocks, not the head: no "
+                                          "calibration input" for p in plans if p.module != head})
+        return stats
 
-    def _quantize(self, index, plans, stats) -> dict:
+    def _quantize(self, index, plans, stats: LayerStatistics) -> dict:
         """{tensor name: array} of the block's quantized weights, on process 0 (each process
         quantizes its share; the entries go to the report)."""
         c = self.c
-        h, H, tokens, fallbacks, amax = stats
         c.progress.step("quantizing")
         owners = c.ranks.share_out([p.weights for p in plans])
-        ceiling = PIPELINES[c.request.pipeline].scale_ceiling
         scales: dict = {}
         mine: dict = {}
         entries: list = []
@@ -127,24 +124,9 @@ class SequentialRun:
         for count, plan in enumerate(plans):
             if owners[count] != c.ranks.rank:
                 continue
-            c.progress.tensor(count, len(plans), plan.module)
-            if plan.fused_with[0] not in scales and len(plan.fused_with) > 1:
-                s_g = set_global_scale(plan.fused_with, lambda m: c.source.array(f"{m}.weight"),
-                                       c.layout, ceiling)
-                scales.update({m: s_g for m in plan.fused_with})
             weight = c.source.array(f"{plan.module}.weight")
-            done = [0]
-
-            def on_groups(weights, done=done):
-                done[0] += weights
-                c.progress.advance(weights)
-            tensors, entry = quantize_layer(
-                plan, weight, scales.get(plan.module), c.request, c.backend, c.layout,
-                h.get(plan.module), H.get(plan.module), tokens.get(plan.module),
-                fallbacks.get(plan.module), on_groups, c.timings)
-            add_input_scale(plan, tensors, entry, amax, c.layout)
+            tensors, entry = quantize_planned(c, plan, weight, scales, stats, (count, len(plans)))
             del weight
-            c.progress.advance(plan.weights - done[0])
             if index is not None:
                 entry["block"] = index
             mine.update(tensors)
