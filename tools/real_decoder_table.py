@@ -238,19 +238,31 @@ def evaluate(path: Path, engine: str, reference: KeptLogits, text: str, args) ->
     return figures
 
 
+def evaluate_original(kept: KeptLogits, text: str, args) -> dict:
+    """The original's own figures, from the logits it keeps for the other rows."""
+    from hscale.evaluation.perplexity import score_windows
+    started = time.perf_counter()
+    kept.runner = kept.runner or kept.open_runner()
+    windows = evaluation_windows(kept.runner, text, args)
+    figures = score_windows(kept, windows).figures()
+    figures.update(engine=kept.runner.facts.get("engine"), route=kept.runner.facts.get("route"),
+                   eval_seconds=round(time.perf_counter() - started, 1),
+                   windows_sha256=sha256(windows.ids.tobytes()))
+    return figures
+
+
 def jobs(args) -> list[tuple[str, int | None, str]]:
-    """(row, subset or None, engine) in the order they run."""
+    """(row, subset or None, engine) in the order they run: the rows asked for, each followed
+    by its llama.cpp runs where it has them (``--llama-cpp``)."""
     rows = args.rows.split(",") if args.rows else list(ROWS)
     out = []
     for row in rows:
         if row not in ROWS:
             raise SystemExit(f"--rows: {row!r} is not one of {', '.join(ROWS)}")
         subsets = range(args.subsets) if ROWS[row][2] else [None]
-        out += [(row, k, "transformers") for k in subsets]
-    if args.llama_cpp:
-        for row in LLAMA_CPP_ROWS:
-            subsets = range(args.subsets) if ROWS[row][2] else [None]
-            out += [(row, k, "llama.cpp") for k in subsets]
+        engines = ("transformers", "llama.cpp") if args.llama_cpp and row in LLAMA_CPP_ROWS \
+            else ("transformers",)
+        out += [(row, k, engine) for engine in engines for k in subsets]
     return out
 
 
@@ -274,6 +286,7 @@ def run(args) -> dict:
         temporary.write_text(json.dumps(results, indent=1) + "\n")
         os.replace(temporary, results_path)
 
+    source = source_directory(work, args, results, save)
     references = {}
 
     def reference(engine: str) -> KeptLogits:
@@ -285,15 +298,12 @@ def run(args) -> dict:
                                     threads=args.threads))
         return references[engine]
 
-    if "original" not in results["runs"]:
-        log("the original, in transformers (and llama.cpp with --llama-cpp)")
-        results["runs"]["original"] = {"transformers": evaluate(
-            Path(args.model), "transformers", reference("transformers"), text, args)}
-        save()
-    if args.llama_cpp and "llama.cpp" not in results["runs"]["original"]:
-        results["runs"]["original"]["llama.cpp"] = evaluate(
-            Path(args.model), "llama.cpp", reference("llama.cpp"), text, args)
-        save()
+    for engine in ("transformers", "llama.cpp") if args.llama_cpp else ("transformers",):
+        if engine not in results["runs"].setdefault("original", {}):
+            log(f"the original in {engine}: its logits, kept")
+            results["runs"]["original"][engine] = evaluate_original(
+                reference(engine), text, args)
+            save()
     planned = jobs(args)
     todo = [j for j in planned
             if str(j[1]) not in results["runs"].get(j[0], {}).get(j[2], {})]
@@ -304,13 +314,14 @@ def run(args) -> dict:
             eta = (time.perf_counter() - started) / done * (len(todo) - done)
             log(f"[{done}/{len(todo)}] ETA {eta / 60:.0f} min")
         label, options, calibrated, scheme = ROWS[row]
-        argv = [*hscale, "quantize", args.model, "--quiet", "--force", *options]
+        argv = [*hscale, "quantize", str(source), "--quiet", "--force", *options]
         if calibrated:
             data = work / f"calibration-{subset}.jsonl"
             argv += ["--calibration-data", str(data), "--samples", str(args.per_subset),
                      "--seq-len", str(args.seq_len)]
             if scheme != "w4a4":  # the activation scales need the forward pass itself
-                argv += ["--hessian", str(hessian(work, subset, args, results, save))]
+                argv += ["--hessian", str(hessian(work, source, subset, args, results,
+                                                  save))]
         out = work / "checkpoints" / f"{row}-{subset}-{engine}"
         if engine == "llama.cpp":
             out = out.with_suffix(".gguf")
@@ -320,6 +331,9 @@ def run(args) -> dict:
         quantize = timed(argv)
         log(f"  {quantize['seconds']} s, {quantize['peak_rss_mib']} MiB; evaluate")
         figures = evaluate(out, engine, reference(engine), text, args)
+        if figures["windows_sha256"] != results["runs"]["original"][engine]["windows_sha256"]:
+            raise SystemExit(f"{out}: its tokenizer cuts the text into other windows than the "
+                             "original's")
         figures.update(quantize=quantize, argv=argv[2:])
         results["runs"].setdefault(row, {}).setdefault(engine, {})[str(subset)] = figures
         save()
@@ -329,12 +343,33 @@ def run(args) -> dict:
     return {"runs": len(planned), "done": len(todo)}
 
 
-def hessian(work: Path, subset: int, args, results: dict, save) -> Path:
+def source_directory(work: Path, args, results: dict, save) -> Path:
+    """What every run quantizes: the model directory itself, or for a GGUF model the Hugging
+    Face directory ``hscale quantize FILE.gguf`` makes of it (``checkpoints.from_gguf``, the
+    same dequantized weights, tokenizer and carried GGUF header), made once here instead of in
+    every run (its time is recorded once, apart)."""
+    from hscale.checkpoints.gguf import is_gguf_file
+    if not is_gguf_file(args.model):
+        return Path(args.model)
+    source = work / "source"
+    if not (source / "config.json").is_file():
+        from hscale.checkpoints.from_gguf import write_model_directory
+        log(f"{args.model}: dequantized into {source} (checkpoints.from_gguf)")
+        started = time.perf_counter()
+        shutil.rmtree(source, ignore_errors=True)
+        written = write_model_directory(args.model, source)
+        results["from_gguf"] = {"seconds": round(time.perf_counter() - started, 1),
+                                "tensors": written.tensors, "bytes": written.bytes}
+        save()
+    return source
+
+
+def hessian(work: Path, source: Path, subset: int, args, results: dict, save) -> Path:
     """h and H of one calibration subset (``hscale calibrate --full``), made once and timed."""
     path = work / f"hessian-{subset}.safetensors"
     if not path.is_file():
         log(f"calibration subset {subset}: hscale calibrate --full")
-        argv = [sys.executable, "-m", "hscale", "calibrate", args.model, "--full", "--quiet",
+        argv = [sys.executable, "-m", "hscale", "calibrate", str(source), "--full", "--quiet",
                 "--calibration-data", str(work / f"calibration-{subset}.jsonl"),
                 "--samples", str(args.per_subset), "--seq-len", str(args.seq_len),
                 "--out", str(path), "--force"]

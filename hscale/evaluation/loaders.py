@@ -2,7 +2,7 @@
 
 | the path | route (``--loader auto``) |
 |---|---|
-| a GGUF file | llama.cpp (llama-cpp-python), the engine GGUF is made for; with ``--engine transformers`` (not for NVFP4 files: transformers' GGUF reader has no NVFP4 and no ``.scale``) transformers' own GGUF reading (``hscale.models.gguf_source``) |
+| a GGUF file | llama.cpp (llama-cpp-python), the engine GGUF is made for; with ``--engine transformers`` transformers' own GGUF reading, dequantized to float32 (``hscale.models.gguf_source``; not an NVFP4 file, whose ``.scale`` it would not apply) |
 | a Hugging Face model directory | transformers, float32 |
 | a compressed-tensors NVFP4 checkpoint (dense) | transformers + compressed-tensors, decompressed on load (``CompressedTensorsConfig(dequantize=True)``), then cast to float32: its weights are the spec's rounded to bfloat16 (docs/checkpoints.md) |
 | a compressed-tensors MoE checkpoint, any ModelOpt checkpoint, or ``--loader kit`` | the kit's decoding (NVFP4-DEQ-1, float32) handed to transformers as an unquantized state dict (``hscale.evaluation.decoded``): transformers drops each expert's global scale (#48371) and cannot run ModelOpt NVFP4 on a CPU |
@@ -43,7 +43,6 @@ class ModelPath:
     path: Path
     kind: str
     w4a4: bool = False
-    nvfp4_tensors: int = 0  # of a GGUF file
 
     @property
     def label(self) -> str:
@@ -58,7 +57,8 @@ def identify(path, option: str) -> ModelPath:
     ValueError naming the path and what is missing otherwise."""
     path = Path(path)
     if is_gguf_file(path):
-        return ModelPath(path, "gguf", nvfp4_tensors=_gguf_nvfp4_tensors(path, option))
+        _check_gguf_model(path, option)
+        return ModelPath(path, "gguf")
     if path.is_file():
         raise ValueError(f"{option} {path}: neither a GGUF file nor a model directory")
     if not path.is_dir():
@@ -74,8 +74,10 @@ def identify(path, option: str) -> ModelPath:
     return ModelPath(path, detected.format, w4a4=bool(detected.layout.activations))
 
 
-def _gguf_nvfp4_tensors(path: Path, option: str) -> int:
-    from hscale.checkpoints.gguf import NVFP4_TYPE, require_gguf
+def _check_gguf_model(path: Path, option: str) -> None:
+    """A readable GGUF file whose ``general.type`` (where it says one) is a model (not, say, an
+    importance matrix)."""
+    from hscale.checkpoints.gguf import require_gguf
     try:
         gguf = require_gguf()
         reader = gguf.GGUFReader(path)
@@ -84,20 +86,22 @@ def _gguf_nvfp4_tensors(path: Path, option: str) -> int:
     except Exception as exc:  # noqa: BLE001 - gguf's reader fails in many ways on bad bytes
         raise ValueError(f"{option} {path}: not a readable GGUF file ({type(exc).__name__}: "
                          f"{exc})") from None
-    return sum(int(t.tensor_type) == NVFP4_TYPE for t in reader.tensors)
+    kind = reader.fields.get("general.type")
+    if kind is not None and str(kind.contents()) != "model":
+        raise ValueError(f"{option} {path}: general.type is {str(kind.contents())!r}, not a "
+                         "model")
 
 
 def gguf_engine(model: ModelPath, engine: str) -> str:
-    """The engine a GGUF file runs in: llama.cpp unless ``--engine transformers``, which
-    cannot read NVFP4 (refused here, before any work)."""
+    """The engine a GGUF file runs in: llama.cpp unless ``--engine transformers``, whose GGUF
+    reading must be able to read it (``hscale.models.gguf_source``: not an NVFP4 file, whose
+    ``.scale`` it would not apply; an architecture it knows), said before any work."""
     if engine not in ENGINES:
         raise ValueError(f"--engine {engine!r}: one of {', '.join(ENGINES)}")
     if engine != "transformers":
         return "llama.cpp"
-    if model.nvfp4_tensors:
-        raise ValueError(f"--engine transformers: {model.path} holds {model.nvfp4_tensors} "
-                         "NVFP4 tensors, which transformers' GGUF reader cannot decode (and it "
-                         "knows no .scale global scale); it runs in llama.cpp (--engine auto)")
+    from hscale.models.gguf_source import read_gguf_header
+    read_gguf_header(model.path)
     return "transformers"
 
 
@@ -211,5 +215,11 @@ def _library_bars_off():
 
 
 def _transformers_gguf(model: ModelPath):
-    """A GGUF file through transformers' own GGUF reading (dequantized to float32)."""
-    raise ValueError(f"--engine transformers: {model.path}: not yet")
+    """A GGUF file through transformers' own GGUF reading, dequantized to float32 (the kit's
+    one GGUF route, ``hscale.models.gguf_source``)."""
+    from hscale.models.gguf_source import load_gguf_model
+    loaded = load_gguf_model(model.path, "float32")
+    types = ", ".join(f"{n} {k}" for k, n in sorted(loaded.header.tensor_types.items()))
+    return TransformersRunner(loaded.model, loaded.tokenizer,
+                              {"route": "transformers' GGUF loading (gguf.dequantize), float32",
+                               "gguf": package_version("gguf"), "tensor_types": types})
