@@ -18,9 +18,9 @@ from .global_scale import FP32_SMALLEST_NORMAL, dequantizes_finitely
 WEIGHT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 METHODS = ("rtn", "scale-only", "hscale", "hscale-block")
 # The methods of whole-model quantization (hscale quantize, hscale check): those whose inputs a
-# calibration pass gives (h = diag(X^T X), HSCALE-CAL-1); hscale-block reads the 16 x 16
-# blocks of X^T X, which it does not collect.
-MODEL_METHODS = ("rtn", "scale-only", "hscale")
+# calibration pass gives (h = diag(X^T X), HSCALE-CAL-1, or the diagonal 16 x 16 blocks of
+# X^T X that hscale-block reads, HSCALE-BLOCK-1).
+MODEL_METHODS = ("rtn", "scale-only", "hscale", "hscale-block")
 INITS = ("maxabs", "4over6")
 
 

@@ -78,13 +78,13 @@ def test_format_gguf_writes_the_runs_codes_with_the_source_header_and_tensors(so
     """H-Scale, calibrated: the GGUF file holds the compressed-tensors run's codes, scale bytes
     and s_g; every header key of the source (tokenizer, hyperparameters) is there with the same
     bytes but the file type; every tensor not quantized is the source's, byte for byte; the
-    report lies beside it, and nothing else is left."""
+    report and the kept h lie beside it, and nothing else is left."""
     common = dict(model_dir=str(source["gguf"]), progress=False, samples=16, batch_size=8)
     quantize_model(out=str(tmp_path / "ct"), **common)
     report = quantize_model(out=str(tmp_path / "model.gguf"), format="gguf", **common)
     assert report.gguf["raw_tensors"] == 7 and report.gguf["nvfp4_tensors"] == 14
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "ct", "model.gguf", "model.quantization_report.json"]
+        "ct", "model.gguf", "model.hscale-h.safetensors", "model.quantization_report.json"]
     written_file = GGUFCheckpoint(tmp_path / "model.gguf")
     ct = SafetensorsModel(tmp_path / "ct")
     for layer in report.layers:
@@ -163,3 +163,34 @@ def test_llama_cpp_runs_quantized_smollm2_as_it_ran_the_source(tmp_path):
     source_top, nvfp4_top = (runs[k][1].argmax(1) for k in ("source", "nvfp4"))
     assert np.all(np.isfinite(runs["nvfp4"][1]))
     assert np.mean(source_top == nvfp4_top) >= 0.6
+
+
+def test_check_re_derives_the_gguf_output_from_the_gguf_source(source, tmp_path):
+    """hscale check NAME.gguf --original SOURCE.gguf: the original read as quantize read it,
+    the h kept beside the file: every layer exact H-Scale."""
+    from hscale.check import check_checkpoint
+    out = tmp_path / "model.gguf"
+    quantize_model(model_dir=str(source["gguf"]), out=str(out), format="gguf", progress=False,
+                   samples=16, batch_size=8)
+    report = check_checkpoint(out, original=source["gguf"])
+    assert report.original == str(source["gguf"]) and len(report.layers) == 14
+    assert {layer.verdict for layer in report.layers} == {"exact"}
+    assert {layer.recipe for layer in report.layers} == {"hscale maxabs"}
+
+
+def test_convert_carries_the_source_gguf_header_of_a_checkpoint_quantized_from_it(source,
+                                                                                   tmp_path):
+    """A compressed-tensors checkpoint quantized from a GGUF model carries the source's header
+    (gguf_metadata.json), and hscale convert --to gguf writes it back: the tokenizer keys of
+    the source, byte for byte."""
+    from hscale.checkpoints.to_gguf import convert_to_gguf
+    quantize_model(model_dir=str(source["gguf"]), out=str(tmp_path / "ct"), method="rtn",
+                   progress=False)
+    assert (tmp_path / "ct" / "gguf_metadata.json").is_file()
+    conversion = convert_to_gguf(tmp_path / "ct", tmp_path / "converted.gguf")
+    assert "the source GGUF's ('gpt2' model, pre-tokenizer 'default', 512 tokens)" in \
+        conversion.vocabulary
+    before, after = gguf.GGUFReader(source["gguf"]), gguf.GGUFReader(tmp_path / "converted.gguf")
+    for key in [k for k in before.fields if k.startswith(("tokenizer.", "llama."))]:
+        assert [bytes(p) for p in before.fields[key].parts] == \
+            [bytes(p) for p in after.fields[key].parts], key

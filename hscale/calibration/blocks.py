@@ -2,6 +2,10 @@
 input of every matmul weight of the block, and with ``full`` the whole H = X^T X (GPTQ), keyed
 by the checkpoint's module names, in float64, padding excluded.
 
+* **With ``blocks``** the diagonal 16 x 16 blocks of H (``hscale-block``, HSCALE-BLOCK-1):
+  ``B[i] = sum over tokens of x[16i:16i+16] x[16i:16i+16]^T``, float64 ``(n/16, 16, 16)``,
+  summed like H (per process in batch order, then across processes): 16 x h's arithmetic,
+  n x 16 x 8 bytes, so collected without the full H whatever the width.
 * **One accumulator per distinct input.** q, k and v read the very same tensor, as do gate and
   up: a pre-hook that sees the object its sibling just saw shares its accumulator, so H is held
   once per distinct input (for Llama-3-8B: 3 x 4096^2 + 14336^2 float64, 1.9 GiB, not 2.3).
@@ -37,13 +41,15 @@ ROWS = 2048
 
 
 class _Accumulator:
-    def __init__(self, n: int, full: bool, device):
+    def __init__(self, n: int, full: bool, device, blocks: bool = False):
         import torch
         self.n = n
         self.partials: dict[int, object] = {}  # batch -> its h (float64 (n,))
         self.tokens: dict[int, int] = {}
         self.amax: dict[int, float] = {}  # batch -> max |x| of its rows (HSCALE-CAL-2)
         self.H = torch.zeros(n, n, dtype=torch.float64, device=device) if full else None
+        self.B = torch.zeros(n // 16, 16, 16, dtype=torch.float64, device=device) \
+            if blocks and n % 16 == 0 else None  # HSCALE-BLOCK-1: X^T X's diagonal blocks
 
     def add(self, batch: int, rows) -> None:
         """Accumulate the rows (tokens x n) of one batch."""
@@ -53,6 +59,9 @@ class _Accumulator:
             x64 = rows[start:start + ROWS].to(torch.float64)
             if self.H is not None:
                 self.H.addmm_(x64.T, x64)
+            if self.B is not None:
+                groups = x64.reshape(x64.shape[0], -1, 16)
+                self.B += torch.einsum("tgj,tgk->gjk", groups, groups)
             chunk = (x64 * x64).sum(dim=0)  # HSCALE-CAL-1: h_j = sum of x_j^2
             partial = chunk if partial is None else partial + chunk
         if partial is None:
@@ -72,10 +81,11 @@ class BlockStatistics:
     experts. Use as a context manager around the block's batches, ``batch(index, mask)``
     before each; then ``reduce`` (across processes), ``fill_unrouted`` and ``result``."""
 
-    def __init__(self, layer, checkpoint_name, layout, full: bool = False):
+    def __init__(self, layer, checkpoint_name, layout, full: bool = False, blocks: bool = False):
         import torch
         self.layer, self.checkpoint_name, self.layout, self.full = layer, checkpoint_name, \
             layout, full
+        self.blocks = blocks
         self.acc: dict[str, _Accumulator] = {}
         self.shares: dict[str, str] = {}  # module -> accumulator key
         self.experts: dict[str, tuple] = {}  # experts module (checkpoint) -> (module, count)
@@ -84,6 +94,7 @@ class BlockStatistics:
         self.fallbacks: dict[str, str] = {}
         self.h: dict = {}
         self.H: dict = {}
+        self.B: dict = {}  # with ``blocks``: the diagonal 16 x 16 blocks of H
         self.tokens: dict = {}
         self.amax: dict = {}  # accumulator key -> max |x| (HSCALE-CAL-2)
         self._torch = torch
@@ -117,7 +128,7 @@ class BlockStatistics:
 
     def _add(self, key: str, rows) -> None:
         if key not in self.acc:
-            self.acc[key] = _Accumulator(rows.shape[-1], self.full, rows.device)
+            self.acc[key] = _Accumulator(rows.shape[-1], self.full, rows.device, self.blocks)
         self.acc[key].add(self.index, rows)
 
     def _linear_hook(self, name: str):
@@ -211,6 +222,17 @@ class BlockStatistics:
                     all_reduce(H)
                 H = H.cpu().numpy()
                 self.H[key] = (H + H.T) / 2  # exact symmetry, as HessianDiagCollector's
+        if self.blocks:
+            for key in sorted(widths):
+                if widths[key] % 16:
+                    continue  # not quantizable (NVFP4-IN-1): no blocks
+                acc = self.acc.get(key)
+                B = acc.B if acc is not None else self._torch.zeros(
+                    widths[key] // 16, 16, 16, dtype=self._torch.float64)
+                if all_reduce is not None:
+                    all_reduce(B)
+                B = B.cpu().numpy()
+                self.B[key] = (B + B.transpose(0, 2, 1)) / 2  # exact symmetry, as H's
         for key in list(self.acc):
             del self.acc[key]
 
@@ -235,12 +257,13 @@ class BlockStatistics:
                         self.index = batch
                         self._add(gate, x)
                         self._add(down, module._apply_gate(F.linear(x, module.gate_up_proj[e])))
-            routed_h, routed_H, routed_tokens = self.h, self.H, self.tokens
+            routed_h, routed_H, routed_B, routed_tokens = self.h, self.H, self.B, self.tokens
             routed_amax = self.amax
-            self.h, self.H, self.tokens, self.amax = {}, {}, {}, {}
+            self.h, self.H, self.B, self.tokens, self.amax = {}, {}, {}, {}, {}
             self.reduce(gather, all_reduce)
             fallback_tokens = self.tokens
             self.h, self.H = {**routed_h, **self.h}, {**routed_H, **self.H}
+            self.B = {**routed_B, **self.B}
             self.amax = {**routed_amax, **self.amax}
             self.tokens = routed_tokens
             for path, e in missing:
@@ -260,6 +283,7 @@ class BlockStatistics:
         return LayerStatistics(
             h={m: self.h[k] for m, k in shares.items() if k in self.h},
             H={m: self.H[k] for m, k in shares.items() if k in self.H},
+            blocks={m: self.B[k] for m, k in shares.items() if k in self.B},
             tokens={m: self.tokens.get(k, 0) for m, k in shares.items()},
             fallbacks=dict(self.fallbacks),
             amax={m: self.amax[k] for m, k in shares.items() if k in self.amax})

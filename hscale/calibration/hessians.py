@@ -1,7 +1,9 @@
 """The file ``hscale calibrate`` writes and ``hscale quantize --hessian`` / ``hscale check
 --hessian`` read: safetensors with ``h.MODULE`` float64 (n,) per Linear, and ``H.MODULE``
-float64 (n, n) when calibrated with the full H (GPTQ needs it); the calibration facts (texts,
-tokens, sequence length) in its metadata."""
+float64 (n, n) when calibrated with the full H (GPTQ needs it); ``B.MODULE`` float64
+(n/16, 16, 16), the diagonal 16 x 16 blocks of H, where the h of an ``hscale-block`` run is kept
+(``hscale.quantize.kept``); the calibration facts (texts, tokens, sequence length) in its
+metadata."""
 
 from __future__ import annotations
 
@@ -12,12 +14,15 @@ import numpy as np
 from hscale import __version__, files
 
 
-def save_hessians(path, h: dict, H: dict, facts: dict) -> None:
-    """``h.MODULE`` float64 (n,) and ``H.MODULE`` (n, n) if full, to ``path`` (written to a
-    temporary name and renamed when complete)."""
+def save_hessians(path, h: dict, H: dict, facts: dict, blocks: dict | None = None) -> None:
+    """``h.MODULE`` float64 (n,), ``H.MODULE`` (n, n) if full and ``B.MODULE``
+    (n/16, 16, 16) for ``blocks``, to ``path`` (written to a temporary name and renamed when
+    complete)."""
     from safetensors.numpy import save_file
     tensors = {f"h.{name}": np.ascontiguousarray(v, np.float64) for name, v in h.items()}
     tensors.update({f"H.{name}": np.ascontiguousarray(v, np.float64) for name, v in H.items()})
+    tensors.update({f"B.{name}": np.ascontiguousarray(v, np.float64)
+                    for name, v in (blocks or {}).items()})
     with files.replacing(path) as temporary:
         save_file(tensors, str(temporary), metadata={"producer": f"hscale-nvfp4 {__version__}",
                                                      "facts": json.dumps(facts)})
@@ -67,8 +72,8 @@ def load_hessians(path, modules: list[str], full: bool, lazy: bool = False):
                     raise ValueError(f"--hessian {path}: no h for {module} (calibrated for "
                                      "another model or another ignore list?)")
                 if full and f"H.{module}" not in names:
-                    raise ValueError(f"--hessian {path}: no full H for {module}; gptq needs "
-                                     "it: hscale calibrate --full")
+                    raise ValueError(f"--hessian {path}: no full H for {module}; gptq and "
+                                     "hscale-block need it: hscale calibrate --full")
             if lazy:
                 return _Lazy(path, "h.", modules), (_Lazy(path, "H.", modules) if full else {})
             for module in modules:

@@ -14,6 +14,7 @@ class LayerStatistics:
 
     h: dict = field(default_factory=dict)  # diag(X^T X), float64 (n,) (HSCALE-CAL-1)
     H: dict = field(default_factory=dict)  # X^T X, float64 (n, n), where collected (GPTQ)
+    blocks: dict = field(default_factory=dict)  # its diagonal 16 x 16 blocks (n/16, 16, 16)
     tokens: dict = field(default_factory=dict)  # calibration tokens that reached it
     fallbacks: dict = field(default_factory=dict)  # why its statistics are not its own
     amax: dict = field(default_factory=dict)  # max |x| of its input (HSCALE-CAL-2)

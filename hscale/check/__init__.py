@@ -58,6 +58,7 @@ def check_checkpoint(checkpoint, original=None, hessian=None, backend="auto",
     llm-compressor recipe with a GPTQ modifier)."""
     from hscale.backends import get
     from hscale.pipelines import resolve_backend
+    from hscale.quantize.kept import kept_h_path
     if original is not None and Path(original).is_file():  # a GGUF model, as quantize reads it
         from hscale.checkpoints.from_gguf import temporary_model_directory
         with temporary_model_directory(original) as directory:
@@ -67,10 +68,16 @@ def check_checkpoint(checkpoint, original=None, hessian=None, backend="auto",
     started = time.perf_counter()
     fast = get(resolve_backend(backend)) if backend else None
     checkpoint = Path(checkpoint)
+    kept = kept_h_path(checkpoint)
+    if hessian is None and original is not None and kept.is_file():
+        hessian = kept  # the h hscale quantize kept: H-Scale's bytes can be re-derived
     detected, model, modules = open_checkpoint(checkpoint)
     layout = detected.layout
     report = CheckReport(str(checkpoint), layout.name, str(original) if original else None,
                          str(hessian) if hessian else None)
+    if hessian == kept:
+        report.notes.append(f"h from {kept.name}, which hscale quantize kept beside the "
+                            "checkpoint (H-Scale's bytes re-derived with it)")
     source = _open_original(original, modules) if original else None
     hessians = _open_hessians(hessian, modules) if hessian else None
 

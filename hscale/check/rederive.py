@@ -51,20 +51,20 @@ def classify_layer(layer: LayerResult, arrays: dict, source: SafetensorsModel, h
     if amax > 0 and implausible_global_scale(layer, layout, amax):
         layer.verdict = "not certified"  # every byte and code would follow from the s_g
         return
-    h, H = _layer_hessians(layer, hessians)
+    h, H, blocks = _layer_hessians(layer, hessians)
     global_scale = arrays["global_scale"]
     layer.global_scale_note = _global_scale_note(layout, global_scale,
                                                  set_amax.get(layer.module, amax))
     observed_bits = SimpleNamespace(packed=arrays["packed"], scale_bytes=arrays["scale_bytes"],
                                     global_scale=global_scale)
-    recipes = _recipes(hint, h is not None)
+    recipes = _recipes(hint, h is not None, blocks is not None)
     cases = {}  # (method, init) -> Case, each computing the reference's result once
 
     def case_of(method, init, ceiling):
         from hscale.judge.cases import Case
         key = (method, init)
         if key not in cases:
-            h_used = h if method == "hscale" else None
+            h_used = {"hscale": h, "hscale-block": blocks}.get(method)
             expected = None
             if backend is not None:
                 try:
@@ -89,7 +89,9 @@ def classify_layer(layer: LayerResult, arrays: dict, source: SafetensorsModel, h
             # H-Scale named by the checkpoint's own report, without its h: the search cannot be
             # re-derived and no faithful allowance makes RTN's bytes its bytes; the faithful
             # certificate (two whole-layer diagnoses) is skipped for the format profile's
-            unreproducible = hint is not None and hint[0] == "hscale" and h is None
+            unreproducible = hint is not None and (
+                (hint[0] == "hscale" and h is None)
+                or (hint[0] == "hscale-block" and blocks is None))
             _certify(layer, arrays, observed_bits, recipes, case_of,
                      faithful=not unreproducible)
         rtn = case_of(*RTN_RECIPE).expected_outputs()
@@ -118,10 +120,12 @@ def consistency(layer: LayerResult, weight, arrays: dict, rtn) -> None:
     layer.stats.update({f"consistency_{k}": v for k, v in figures.items()})
 
 
-def _recipes(hint, have_h: bool) -> list:
+def _recipes(hint, have_h: bool, have_blocks: bool = False) -> list:
     """The recipes tried, in order: the one the checkpoint's report names and RTN when it names
-    one (h is needed for hscale), else every re-derivable recipe."""
-    recipes = [r for r in RECIPES if have_h or r[0] != "hscale"]
+    one (h is needed for hscale, the diagonal blocks of H for hscale-block), else every
+    re-derivable recipe."""
+    recipes = [r for r in RECIPES if (have_h or r[0] != "hscale")
+               and (have_blocks or r[0] != "hscale-block")]
     if hint is not None:
         recipes = [r for r in recipes if (r[0], r[1]) == tuple(hint) or r == RTN_RECIPE]
         recipes.sort(key=lambda r: (r[0], r[1]) != tuple(hint))
@@ -129,9 +133,11 @@ def _recipes(hint, have_h: bool) -> list:
 
 
 def _layer_hessians(layer: LayerResult, hessians):
+    """(h, H, the diagonal 16 x 16 blocks of H) of the layer from the hessian file, each None
+    where the file lacks it (the blocks: ``B.MODULE``, or taken from ``H.MODULE``)."""
     if hessians is None:
-        return None, None
-    h = H = None
+        return None, None, None
+    h = H = blocks = None
     cols = layer.shape[1]
     if f"h.{layer.module}" in hessians.info:
         h = hessians.array(f"h.{layer.module}").astype(np.float64)
@@ -144,7 +150,13 @@ def _layer_hessians(layer: LayerResult, hessians):
     if h is not None and f"H.{layer.module}" in hessians.info \
             and hessians.info[f"H.{layer.module}"].shape == (cols, cols):
         H = hessians.array(f"H.{layer.module}").astype(np.float64)
-    return h, H
+    if f"B.{layer.module}" in hessians.info \
+            and hessians.info[f"B.{layer.module}"].shape == (cols // 16, 16, 16):
+        blocks = hessians.array(f"B.{layer.module}").astype(np.float64)
+    elif H is not None:
+        from hscale.reference import diagonal_blocks
+        blocks = diagonal_blocks(H)
+    return h, H, blocks
 
 
 def _global_scale_note(layout: Layout, global_scale, amax: float) -> str:

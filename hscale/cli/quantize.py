@@ -65,7 +65,8 @@ def _quantize(args) -> int:
                        block_size=args.block_size, act_order=args.act_order,
                        static_groups=args.static_groups, max_shard_bytes=args.max_shard_size,
                        force=args.force, report_errors=args.report_errors,
-                       sequential=args.sequential, resume=not args.no_resume)
+                       sequential=args.sequential, resume=not args.no_resume,
+                       keep_h=not args.no_keep_h)
     report = quantize_model(request, log=print)
     if report.rank:  # under torchrun: process 0 reports for all
         return EXIT_OK
@@ -111,7 +112,8 @@ def add_parsers(commands) -> None:
                           help="rtn (max-abs init), 4over6 (4over6 init, C = 256), gptq")
     quantize.add_argument("--method", default="hscale", choices=METHODS,
                           help="the scale byte: rtn keeps the initial byte, scale-only searches "
-                               "with h = 1, hscale with h (default)")
+                               "with h = 1, hscale with h (default), hscale-block with the "
+                               "diagonal 16 x 16 blocks of X^T X (HSCALE-BLOCK-1)")
     quantize.add_argument("--format", default=None, choices=FORMATS + ("gguf",),
                           help="compressed-tensors (the default for a model directory), "
                                "modelopt, or gguf (the default for a GGUF model: a GGUF NVFP4 "
@@ -156,6 +158,11 @@ def add_parsers(commands) -> None:
     quantize.add_argument("--no-resume", action="store_true",
                           help="start afresh even where an interrupted run of the same command "
                                "left its completed blocks (resumed by default)")
+    quantize.add_argument("--no-keep-h", action="store_true",
+                          help="H-Scale: do not keep the h it used beside the output (by "
+                               "default hscale-h.safetensors in the checkpoint, "
+                               "NAME.hscale-h.safetensors beside NAME.gguf: what hscale check "
+                               "--original needs to re-derive H-Scale's bytes)")
     quantize.add_argument("--quiet", action="store_true", help="no progress bars")
     add_calibration_options(quantize)
     quantize.set_defaults(func=_quantize)

@@ -41,7 +41,7 @@ PIPELINES = {p.name: p for p in (
              "GPTQ's column sweep with error feedback, max-abs init"),
 )}
 #: The order in which ``hscale check`` tries methods on each init: the plain rule first.
-RECIPE_METHODS = ("rtn", "hscale", "scale-only")
+RECIPE_METHODS = ("rtn", "hscale", "scale-only", "hscale-block")
 assert set(RECIPE_METHODS) == set(MODEL_METHODS)
 #: (method, init, scale ceiling) of every way a stored layer can be re-derived, in the order
 #: tried; one per distinct (init, C) of the re-derivable pipelines.
@@ -103,7 +103,8 @@ def quantize_weight(weight, hessian_diag=None, *, pipeline="rtn", method="hscale
                              damp=damp, block_size=block_size, act_order=act_order,
                              static_groups=static_groups, group_quantizer=group_quantizer,
                              inverse_factor=inverse_factor)
-    return quantizer.quantize(weight, hessian_diag if method == "hscale" else None, method=method,
+    statistic = hessian_diag if method in ("hscale", "hscale-block") else None  # h, or blocks
+    return quantizer.quantize(weight, statistic, method=method,
                               init=chosen.init, K=K, U=U, scale_ceiling=chosen.scale_ceiling,
                               global_scale=global_scale)
 

@@ -58,7 +58,7 @@ class BlockCalibration:
                         self.hidden[b] = layer(self.hidden[b], **self.kwargs[b][index])
                 self.decoder.release(index)
 
-    def run_block(self, index: int, full: bool) -> LayerStatistics:
+    def run_block(self, index: int, full: bool, blocks: bool = False) -> LayerStatistics:
         """Block ``index`` run on the batches: its statistics (checkpoint module names), reduced
         over every process."""
         import torch
@@ -68,7 +68,7 @@ class BlockCalibration:
         prefix = f"{self.decoder.prefix}{index}."
         layout = self.decoder.layout
         stats = BlockStatistics(layer, lambda name: layout.to_checkpoint("." + prefix + name)[1:],
-                                layout, full)
+                                layout, full, blocks)
         started = time.perf_counter()
         with torch.no_grad(), stats:
             for count, b in enumerate(self.mine):
@@ -85,9 +85,9 @@ class BlockCalibration:
         self.decoder.release(index)
         return stats.result()
 
-    def head_statistics(self, module: str, full: bool) -> LayerStatistics:
+    def head_statistics(self, module: str, full: bool, blocks: bool = False) -> LayerStatistics:
         """The statistics of the head's input: the final norm of the last block's output."""
-        stats = BlockStatistics(None, None, self.decoder.layout, full)
+        stats = BlockStatistics(None, None, self.decoder.layout, full, blocks)
         for b in self.mine:
             stats.batch(b, self.masks[b])
             stats.add_rows(module, stats.rows_of(self.decoder.final_norm(self.hidden[b])))

@@ -14,6 +14,7 @@ from hscale.checkpoints import Layout, SafetensorsModel
 from hscale.models.inventory import Inventory
 
 from .distributed import Ranks
+from .kept import KeptH
 from .plan import LayerPlan
 from .progress import Progress
 from .report import QuantizeReport
@@ -43,6 +44,7 @@ class RunContext:
     seconds: Counter = field(default_factory=Counter)  # phase -> seconds
     timings: dict = field(default_factory=dict)  # search / errors seconds (``quantize_layer``)
     batches: list | None = None  # the calibration batches (the block path)
+    kept: KeptH = field(default_factory=lambda: KeptH(None, False))  # the h kept (H-Scale)
 
     @property
     def quantized(self) -> list[LayerPlan]:

@@ -72,11 +72,13 @@ def rtn_counterpart(weight, result, pipeline: str, backend):
 
 
 def quantize_layer(plan, weight, global_scale, request, backend, layout, h=None, H=None,
-                   tokens=None, fallback: str | None = None, on_groups=None, timings=None):
-    """``(tensors to write, report entry)`` of one planned weight. ``h`` None where the method
-    needs it (a Linear no calibration token reached): the scale-only search (h = 1), said in
-    the entry. ``timings`` (a dict) gets the seconds of the search and of the report's errors
-    added under ``search`` and ``errors``."""
+                   tokens=None, fallback: str | None = None, on_groups=None, timings=None,
+                   blocks=None):
+    """``(tensors to write, report entry)`` of one planned weight. ``h`` (or for hscale-block
+    ``blocks``, the diagonal 16 x 16 blocks of H) None where the method needs it (a Linear no
+    calibration token reached): the scale-only search (h = 1), said in the entry. ``timings``
+    (a dict) gets the seconds of the search and of the report's errors added under ``search``
+    and ``errors``."""
     started = time.perf_counter()
     name = f"{plan.module}.weight"
     if weight.dtype not in WEIGHT_DTYPES:
@@ -90,12 +92,12 @@ def quantize_layer(plan, weight, global_scale, request, backend, layout, h=None,
         pipeline, method = "rtn", ("scale-only" if method == "hscale" else method)
         note = (fallback or "no calibration token reached it") + ": GPTQ with H = I (no error " \
             f"feedback), method {method}"
-    elif method == "hscale" and h is None:
+    elif (method == "hscale" and h is None) or (method == "hscale-block" and blocks is None):
         method = "scale-only"
         note = (fallback or "no calibration token reached it") + ": the scale-only search (h = 1)"
     try:
         result = quantize_weight(
-            weight, h, pipeline=pipeline, method=method, backend=backend, hessian=H,
+            weight, blocks if method == "hscale-block" else h, pipeline=pipeline, method=method, backend=backend, hessian=H,
             global_scale=global_scale, K=request.K, U=request.U, damp=request.damp,
             block_size=request.block_size, act_order=request.act_order,
             static_groups=request.static_groups, on_groups=on_groups)
@@ -152,7 +154,7 @@ def quantize_planned(c: RunContext, plan, weight, scales: dict, stats: LayerStat
     tensors, entry = quantize_layer(
         plan, weight, scales.get(plan.module), c.request, c.backend, c.layout,
         stats.h.get(plan.module), stats.H.get(plan.module), stats.tokens.get(plan.module),
-        stats.fallbacks.get(plan.module), on_groups, c.timings)
+        stats.fallbacks.get(plan.module), on_groups, c.timings, stats.blocks.get(plan.module))
     add_input_scale(plan, tensors, entry, stats.amax, c.layout)
     c.progress.advance(plan.weights - done[0])
     return tensors, entry

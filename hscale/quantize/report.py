@@ -27,6 +27,7 @@ class QuantizeReport:
     path: str = ""  # "block by block" or "whole model" (on N processes)
     rank: int = 0  # under torchrun: this process's (only process 0's report is complete)
     gguf: dict = field(default_factory=dict)  # --format gguf: the conversion to the file
+    kept_h: str = ""  # the file of the h H-Scale used, beside the output (quantize.kept)
 
 
 #: Tensors named per reason in the summary; the rest counted.

@@ -47,6 +47,7 @@ class QuantizeRequest:
     report_errors: bool = False  # calibrate for the H-weighted errors even when not needed
     sequential: str = "auto"  # "auto": block by block for decoders; "never": the whole model
     resume: bool = True  # adopt an interrupted run's partial output (same command)
+    keep_h: bool = True  # H-Scale: the h used, beside the output (quantize.kept)
 
 
 #: What ``--calibration-dtype`` takes: float32 (the default: the statistics of the model run in
@@ -103,6 +104,9 @@ def check_request(request: QuantizeRequest):
             raise ValueError(f"--{name.replace('_', '-')} {value!r}: must be a positive integer")
     if not (math.isfinite(request.damp) and request.damp >= 0):
         raise ValueError(f"--damp {request.damp!r}: must be finite and >= 0")
+    if request.method == "hscale-block" and request.pipeline == "gptq":
+        raise ValueError("--pipeline gptq --method hscale-block: GPTQ's sweep scores each group "
+                         "with h = diag(H) (spec HSCALE-GPTQ-1); use --method hscale")
     if request.static_groups and request.pipeline != "gptq":
         raise ValueError("--static-groups: only the gptq pipeline has groups to fix up front")
     if request.act_order and request.pipeline != "gptq":
@@ -147,7 +151,7 @@ def check_calibration_data(request: QuantizeRequest) -> None:
 
 
 def needs_calibration(request: QuantizeRequest) -> bool:
-    return (request.method == "hscale" or request.pipeline == "gptq"
+    return (request.method in ("hscale", "hscale-block") or request.pipeline == "gptq"
             or request.scheme == "w4a4")
 
 

@@ -47,6 +47,7 @@ from .plan import ignore_list, kept_tensors, plan_layers
 from .progress import Progress
 from .report import REPORT_NAME, QuantizeReport, header_line, summarize
 from .request import QuantizeRequest, check_request, needs_calibration
+from .kept import KEPT_H_NAME, KeptH
 from .resume import HiddenStore, ResumableOutput, TermAsInterrupt, fingerprint
 from .source import (GGUF_FORMAT, fingerprint_files, gguf_side_file, is_gguf_source,
                      source_directory, work_target)
@@ -108,7 +109,9 @@ def _quantize_directory(request: QuantizeRequest, backend, directory, log, start
                        inventory=found, plans=plans,
                        layout=layout_named(_layout_format(request), request.scheme),
                        backend=backend, ranks=ranks, report=report, log=log, output=output,
-                       hidden_store=HiddenStore(path) if sequential else None)
+                       hidden_store=HiddenStore(path) if sequential else None,
+                       kept=KeptH(path, ranks.main and request.keep_h
+                                  and request.method in ("hscale", "hscale-block")))
         with output if output is not None else contextlib.nullcontext(), TermAsInterrupt():
             _run(c, sequential, started)
             if ranks.main:
@@ -163,6 +166,10 @@ def _finish(c: RunContext, output, started: float) -> None:
             c.directory, output.path, heldout_texts())
     if getattr(output, "finish", None):
         output.finish()
+    kept = c.kept.write(gguf_side_file(request.out, "h") if request.format == GGUF_FORMAT
+                        else output.path / KEPT_H_NAME, report.calibration)
+    if kept is not None:
+        report.kept_h = kept.name
     if request.format == GGUF_FORMAT:
         _write_gguf(c, output)
     _add_seconds(c, started)

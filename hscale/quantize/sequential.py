@@ -67,6 +67,7 @@ class SequentialRun:
         for index in range(first, c.inventory.blocks):
             block = [n for n in groups[1 + index] if n in planned]
             stats = self._calibrate(calibration, index, [planned[n] for n in block])
+            c.kept.add([planned[n] for n in block], stats)
             results = self._quantize(index, [planned[n] for n in block], stats)
             if ranks.main:
                 started = time.perf_counter()
@@ -77,6 +78,7 @@ class SequentialRun:
         head = [planned[n] for n in groups[-1] if n in planned]
         if head:
             stats = self._head_statistics(calibration, head)
+            c.kept.add(head, stats)
             results = self._quantize(None, head, stats)
             if ranks.main:
                 self._write(writer, groups[-1], results)
@@ -95,7 +97,7 @@ class SequentialRun:
         started = time.perf_counter()
         full = PIPELINES[c.request.pipeline].needs_full_hessian or \
             calibration.block_h_bytes(index, plans) <= REPORT_H_BYTES
-        stats = calibration.run_block(index, full)
+        stats = calibration.run_block(index, full, c.request.method == "hscale-block")
         c.seconds["calibration"] += time.perf_counter() - started
         return stats
 
@@ -106,7 +108,8 @@ class SequentialRun:
         full = PIPELINES[self.c.request.pipeline].needs_full_hessian
         stats = LayerStatistics()
         if any(plan.module == head for plan in plans):
-            stats = calibration.head_statistics(head, full)
+            stats = calibration.head_statistics(head, full,
+                                                self.c.request.method == "hscale-block")
         stats.fallbacks.update({p.module: "outside the decoder blocks, not the head: no "
                                           "calibration input" for p in plans if p.module != head})
         return stats

@@ -16,6 +16,7 @@ import time
 from hscale.calibration import LayerStatistics, load_hessians
 from hscale.checkpoints import ShardWriter
 from hscale.pipelines import PIPELINES
+from hscale.reference import diagonal_blocks
 
 from hscale import __version__
 
@@ -34,14 +35,16 @@ def run_whole(c: RunContext, calibrating: bool) -> None:
     quantized = [p for p in c.plans if p.quantize]
     modules = [p.module for p in quantized]
     gptq = PIPELINES[request.pipeline].needs_full_hessian
+    block = request.method == "hscale-block"  # the diagonal 16 x 16 blocks, from the full H
     stats = LayerStatistics()
     if request.hessian is not None:
-        stats.h, stats.H = load_hessians(request.hessian, modules, gptq, lazy=True)
+        stats.h, stats.H = load_hessians(request.hessian, modules, gptq or block, lazy=True)
         report.calibration = {"from": request.hessian}
     elif calibrating:
         refuse_whole_moe(c.plans)
         started = time.perf_counter()
-        want_full = gptq or sum(p.cols ** 2 * 8 for p in quantized) <= FULL_HESSIAN_BUDGET
+        want_full = gptq or block or \
+            sum(p.cols ** 2 * 8 for p in quantized) <= FULL_HESSIAN_BUDGET
         texts = calibration_texts(request)
         stats.h, stats.H, report.calibration = calibrate(c.directory, modules, request,
                                                           want_full, texts, stats.amax)
@@ -50,6 +53,10 @@ def run_whole(c: RunContext, calibrating: bool) -> None:
             c.log(f"warning: {line}")
         c.seconds["calibration"] += time.perf_counter() - started
 
+    if block:
+        stats.blocks = {m: diagonal_blocks(stats.H.get(m)) for m in modules
+                        if stats.H.get(m) is not None}
+    c.kept.add(quantized, stats)
     writer = ShardWriter(c.output.path, output_tensors(source, c.plans, layout),
                          request.max_shard_bytes, {"producer": f"hscale-nvfp4 {__version__}"})
     replaced = {f"{p.module}.weight": p for p in quantized}
