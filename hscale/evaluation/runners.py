@@ -99,7 +99,7 @@ class LlamaCppRunner(Runner):
         self.facts = {"engine": "llama.cpp", "llama-cpp-python": llama_cpp.__version__,
                       "model": model.desc(),
                       "architecture": metadata.get("general.architecture"),
-                      "file_type": metadata.get("general.file_type"),
+                      "file_type": _file_type(metadata.get("general.file_type")),
                       "threads": self.llm.n_threads}
         self.vocab_size = int(self.llm.n_vocab())
         self.max_context = int(model.n_ctx_train()) or None
@@ -107,6 +107,8 @@ class LlamaCppRunner(Runner):
 
     def tokenize(self, text: str) -> list[int]:
         return list(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+
 
     def logits(self, ids: np.ndarray):
         import torch
@@ -117,3 +119,15 @@ class LlamaCppRunner(Runner):
 
     def close(self) -> None:
         self.llm.close()
+
+
+def _file_type(value) -> str | None:
+    """``general.file_type`` by its llama.cpp name (3: MOSTLY_Q4_1), the number where gguf does
+    not know it."""
+    if value is None:
+        return None
+    try:
+        import gguf
+        return gguf.LlamaFileType(int(value)).name
+    except (ImportError, ValueError):
+        return str(value)
