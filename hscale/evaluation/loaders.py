@@ -108,14 +108,14 @@ def gguf_engine(model: ModelPath, engine: str) -> str:
 def open_runner(model: ModelPath, *, context: int, engine: str = "auto", loader: str = "auto",
                 activations: str = "auto", threads: int | None = None):
     """The runner of ``model`` (see the module docstring)."""
-    if model.kind == "gguf":
-        if gguf_engine(model, engine) == "llama.cpp":
-            return LlamaCppRunner(model.path, context, threads)
-        return _transformers_gguf(model)
+    if model.kind == "gguf" and gguf_engine(model, engine) == "llama.cpp":
+        return LlamaCppRunner(model.path, context, threads)
     require("transformers")
     if threads:
         import torch
         torch.set_num_threads(threads)
+    if model.kind == "gguf":
+        return _transformers_gguf(model)
     tokenizer = _tokenizer(model.path)
     if model.kind == "model":
         return TransformersRunner(_plain_model(model.path), tokenizer,
