@@ -293,7 +293,7 @@ def run(args) -> dict:
         if engine not in references:
             model = identify(args.model, "--model")
             references[engine] = KeptLogits(
-                work / f"reference-{engine}-{args.context}x{args.windows}",
+                work / f"reference-{engine}-{args.context}",  # files named by their ids
                 lambda: open_runner(model, context=args.context, engine=engine,
                                     threads=args.threads))
         return references[engine]

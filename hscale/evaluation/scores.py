@@ -111,4 +111,6 @@ class Scores:
                               max=float(kl.max()))
             out["top1_agreement"] = t_interval(self._window_means("top1_agrees")).as_dict()
             out["per_window"]["kld"] = [float(v) for v in self._window_means("kl")]
+            out["per_window"]["top1_agreement"] = [float(v) for v in
+                                                   self._window_means("top1_agrees")]
         return out
