@@ -82,7 +82,8 @@ def write_gguf_model(directory: Path, path: Path, qtype: str = "Q8_0") -> Path:
 
 def _add_vocabulary(writer, directory: Path, vocab_size: int) -> None:
     """The directory's byte-level BPE (``save_byte_tokenizer``) as llama.cpp's ``gpt2``
-    tokenizer: its tokens in id order, no merges, the special ids of config.json."""
+    tokenizer: its tokens in id order and two merges (``Ġ t``, ``Ġ a``: llama.cpp needs merges),
+    the special ids of config.json."""
     import gguf
     tokenizer = json.loads((directory / "tokenizer.json").read_text())
     vocab = tokenizer["model"]["vocab"]
@@ -95,13 +96,17 @@ def _add_vocabulary(writer, directory: Path, vocab_size: int) -> None:
     for index, token in enumerate(tokens):
         if token is None:
             tokens[index], types[index] = f"<unused{index}>", gguf.TokenType.UNUSED
+    # llama.cpp's gpt2 vocabulary needs merges (and transformers' GGUF reader takes a
+    # one-element array for a string): two, " t" and " a", into the first unused ids
+    unused = [i for i, t in enumerate(tokens) if t.startswith("<unused")]
+    for index, token in zip(unused, ("\u0120t", "\u0120a")):
+        tokens[index], types[index] = token, gguf.TokenType.NORMAL
     config = json.loads((directory / "config.json").read_text())
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("default")
     writer.add_token_list(tokens)
     writer.add_token_types(types)
-    writer.add_token_scores([0.0] * vocab_size)
-    writer.add_token_merges([])
+    writer.add_token_merges(["\u0120 t", "\u0120 a"])
     writer.add_bos_token_id(int(config["bos_token_id"]))
     writer.add_eos_token_id(int(config["eos_token_id"]))
     writer.add_pad_token_id(int(config["pad_token_id"]))

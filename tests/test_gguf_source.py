@@ -19,7 +19,8 @@ pytest.importorskip("accelerate", reason="transformers' GGUF loading needs accel
 from gguf_models import smollm2_path, write_gguf_model  # noqa: E402
 from llm_families import written  # noqa: E402
 
-from hscale.models.gguf_source import GGUFSourceError, load_gguf_model, read_gguf_header  # noqa: E402
+from hscale.models.gguf_source import (GGUFSourceError, load_gguf_model,  # noqa: E402
+                                       read_gguf_header)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,8 @@ def test_every_weight_is_the_files_tensor_dequantized_by_gguf(tiny_gguf):
     loaded = load_gguf_model(path)
     model = loaded.model
     assert loaded.header.architecture == "llama" and loaded.header.block_count == 2
-    assert loaded.header.tensor_types == {"Q8_0": 15, "F32": 6}  # 14 + the head; 5 norms + the embedding
+    # Q8_0: the 14 Linears and the head; F32: 5 norms and the embedding
+    assert loaded.header.tensor_types == {"Q8_0": 15, "F32": 6}
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
     state = model.state_dict()
     expected = file_weights(path, model.config)
@@ -76,7 +78,8 @@ def test_every_weight_is_the_files_tensor_dequantized_by_gguf(tiny_gguf):
     assert checked == len(expected)  # every tensor of the file, each once
     # Q8_0 is lossy: the loaded weights are the dequantized ones, not the directory's
     from safetensors.numpy import load_file
-    original = load_file(str(directory / "model.safetensors"))["model.layers.0.mlp.down_proj.weight"]
+    original = load_file(str(directory / "model.safetensors"))[
+        "model.layers.0.mlp.down_proj.weight"]
     down = state["model.layers.0.mlp.down_proj.weight"].numpy()
     assert not np.array_equal(down, original.astype(np.float32))
     assert np.abs(down - original.astype(np.float32)).max() <= np.abs(original).max() / 127

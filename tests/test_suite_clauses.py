@@ -136,6 +136,12 @@ SPEC_CONTENTS = {
                                                 "NVFP4-ACT-4", "NVFP4-GGUF-1", "HSCALE-BLOCK-1",
                                                 "NVFP4-IN-6", "HSCALE-CAL-2", "NVFP4-CKPT-4"},
             "allowances": set(SPEC_1_0_ALLOWANCES) | {"supplied-reciprocal"}},
+    # 1.5: h from a llama.cpp importance matrix (HSCALE-CAL-3)
+    "1.5": {"clauses": set(SPEC_1_0_CLAUSES) | {"NVFP4-ACT-1", "NVFP4-ACT-2", "NVFP4-ACT-3",
+                                                "NVFP4-ACT-4", "NVFP4-GGUF-1", "HSCALE-BLOCK-1",
+                                                "NVFP4-IN-6", "HSCALE-CAL-2", "NVFP4-CKPT-4",
+                                                "HSCALE-CAL-3"},
+            "allowances": set(SPEC_1_0_ALLOWANCES) | {"supplied-reciprocal"}},
 }
 
 

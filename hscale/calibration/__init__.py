@@ -19,7 +19,8 @@ from .statistics import LayerStatistics
 from .texts import (calibration_text_sha256, calibration_texts, heldout_texts,
                     minilm_calibration_batches, text_batches, tiny_decoder_batches)
 
-__all__ = ["CalibrationBatch", "HessianDiagCollector", "LayerStatistics", "calibrate_minilm", "calibrate_tiny_decoder",
+__all__ = ["CalibrationBatch", "HessianDiagCollector", "LayerStatistics", "calibrate_minilm",
+           "calibrate_tiny_decoder",
            "calibration_text_sha256", "calibration_texts", "collect_hessian", "collect_hessian_diag",
            "heldout_texts", "load_hessians", "minilm_calibration_batches", "save_hessians",
            "text_batches", "tiny_decoder_batches"]

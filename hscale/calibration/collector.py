@@ -15,8 +15,9 @@ How h is computed here (:class:`HessianDiagCollector`, :func:`collect_hessian_di
   rows, from the same hook: exact (a maximum rounds nothing), in the input's own dtype;
 * padding is excluded with a token mask of shape ``[batch, seq]``: a token counts iff its mask
   entry is non-zero. The Linear's input must be ``[batch, seq, n]`` (or the flattened
-  ``[batch*seq, n]``), or ``[batch, n]``, one vector per sequence (a pooler), every one counted;
-  anything else is rejected with an error naming the layer;
+  ``[batch*seq, n]``, or with singleton dimensions between, as MiniCPM3's ``[batch, 1, seq,
+  n]``), or ``[batch, n]``, one vector per sequence (a pooler), every one counted; anything else
+  is rejected with an error naming the layer;
 * all hooks are removed in ``finally`` -- also when the forward raises -- and the pass runs under
   ``torch.no_grad()`` (the model's train/eval mode is left as the caller set it).
 
@@ -154,6 +155,10 @@ class HessianDiagCollector:
                     rows = x[mask]
                 elif x.dim() == 2 and x.shape[0] == mask.numel():
                     rows = x[mask.reshape(-1)]
+                elif [d for d in x.shape[:-1] if d != 1] == [d for d in mask.shape if d != 1]:
+                    # [batch, 1, seq, n] (MiniCPM3's latent attention): the mask's tokens,
+                    # singleton dimensions aside, in the same order
+                    rows = x.reshape(-1, n)[mask.reshape(-1)]
                 elif x.dim() == 2 and mask.dim() == 2 and x.shape[0] == mask.shape[0]:
                     rows = x  # one vector per sequence (a BERT pooler's [CLS]): all count
                 else:

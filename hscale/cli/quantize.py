@@ -61,7 +61,8 @@ def _quantize(args) -> int:
     out = args.out or ("nvfp4-model.gguf" if fmt == "gguf" else "nvfp4-model")
     request = _request(args, out=out, pipeline=args.pipeline, method=args.method,
                        format=fmt, scheme=args.scheme, backend=args.backend, K=args.K,
-                       U=args.U, ignore=ignore, hessian=args.hessian, damp=args.damp,
+                       U=args.U, ignore=ignore, hessian=args.hessian, imatrix=args.imatrix,
+                       damp=args.damp,
                        block_size=args.block_size, act_order=args.act_order,
                        static_groups=args.static_groups, max_shard_bytes=args.max_shard_size,
                        force=args.force, report_errors=args.report_errors,
@@ -136,6 +137,10 @@ def add_parsers(commands) -> None:
                                "name component, or re:REGEX (repeatable; default: lm_head)")
     quantize.add_argument("--hessian", metavar="FILE",
                           help="h (and H for gptq) from hscale calibrate instead of calibrating")
+    quantize.add_argument("--imatrix", metavar="FILE",
+                          help="h from a llama.cpp importance matrix (llama-imatrix's GGUF file "
+                               "or legacy .dat; its tensor names mapped to the model's, experts "
+                               "by column, spec HSCALE-CAL-3) instead of calibrating")
     quantize.add_argument("--damp", type=float, default=DEFAULT_DAMP, help="gptq: relative damping")
     quantize.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE,
                           help="gptq: columns per lazy update block")

@@ -121,6 +121,6 @@ def sequential_logits(source_dir, reader, input_ids, attention_mask=None):
             layer = decoder.materialize(index)
             hidden = layer(hidden, **kwargs[index])
             decoder.release(index)
-        normed = decoder.final_norm(hidden)
+        normed = decoder.head_inputs(input_ids, attention_mask, hidden)
         head = "lm_head.weight" if "lm_head.weight" in reader.info else decoder.embedding_name
         return torch.nn.functional.linear(normed, reader.tensor(head, torch.float32))

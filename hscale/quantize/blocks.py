@@ -16,7 +16,7 @@ import time
 
 from hscale.calibration import LayerStatistics
 from hscale.calibration.blocks import BlockStatistics
-from hscale.models.decoder import SequentialDecoder
+from hscale.models.decoder import SequentialDecoder, reference_block_input
 
 #: Below this many bytes of float64 H per block the full H is collected even when the pipeline
 #: does not need it, for the report's output error Tr(dW H dW^T) (small models).
@@ -27,6 +27,8 @@ class BlockCalibration:
     """The calibration batches of this process, carried through the blocks."""
 
     def __init__(self, directory, source, model, batches, request, ranks, progress=None):
+        self.directory = directory
+        self.dtype = request.calibration_dtype
         self.decoder = SequentialDecoder(directory, source, _device(request.device), model,
                                          request.calibration_dtype)
         self.batches = batches
@@ -36,7 +38,8 @@ class BlockCalibration:
         self.hidden: dict = {}
         self.kwargs: dict = {}
         self.masks = {b: batches[b].get("attention_mask") for b in self.mine}
-        self.seconds = {"forward": 0.0, "statistics": 0.0, "read": 0.0}
+        self.seconds = {"forward": 0.0, "statistics": 0.0, "read": 0.0, "probe": 0.0}
+        self.proof: dict = {}  # what the front-end probe compared (``prove_front_end``)
 
     def start(self, first_block: int = 0, load=None) -> None:
         """The inputs of block ``first_block`` for this process's batches: the embeddings (block
@@ -47,6 +50,8 @@ class BlockCalibration:
             batch = self.batches[b]
             hidden, self.kwargs[b] = self.decoder.block_inputs(batch["input_ids"],
                                                                batch.get("attention_mask"))
+            if not self.proof:
+                self.prove_front_end(b, hidden)
             saved = load(b) if load is not None and first_block else None
             self.hidden[b] = saved.to(hidden.device) if saved is not None else hidden
         missing = first_block and load is not None and any(load(b) is None for b in self.mine)
@@ -57,6 +62,25 @@ class BlockCalibration:
                     for b in self.mine:
                         self.hidden[b] = layer(self.hidden[b], **self.kwargs[b][index])
                 self.decoder.release(index)
+
+    def prove_front_end(self, b: int, hidden) -> None:
+        """Block 0's input on batch ``b`` (the probe: this process's first batch) must be
+        transformers' own forward's, bit for bit (``reference_block_input``): otherwise every
+        statistic of the run would be computed on inputs the model never sees, and the run is
+        refused, saying so, before any block is calibrated."""
+        import torch
+        started = time.perf_counter()
+        batch = self.batches[b]
+        expected = reference_block_input(self.directory, self.dtype, batch["input_ids"],
+                                         batch.get("attention_mask"), self.decoder.device)
+        self.seconds["probe"] += time.perf_counter() - started
+        mask = batch.get("attention_mask")
+        tokens = int(mask.sum()) if mask is not None else int(batch["input_ids"].numel())
+        if expected.shape != hidden.shape or not torch.equal(expected, hidden):
+            raise FrontEndMismatch(self.directory, self.decoder.config.model_type, b, hidden,
+                                   expected)
+        self.proof = {"batch": b, "tokens": tokens, "equal": "bit for bit",
+                      "reference": "from_pretrained of the model cut to its first block"}
 
     def run_block(self, index: int, full: bool, blocks: bool = False) -> LayerStatistics:
         """Block ``index`` run on the batches: its statistics (checkpoint module names), reduced
@@ -86,11 +110,15 @@ class BlockCalibration:
         return stats.result()
 
     def head_statistics(self, module: str, full: bool, blocks: bool = False) -> LayerStatistics:
-        """The statistics of the head's input: the final norm of the last block's output."""
+        """The statistics of the head's input: the last block's output through the model's
+        own final norm and pre-head code (``SequentialDecoder.head_inputs``)."""
         stats = BlockStatistics(None, None, self.decoder.layout, full, blocks)
         for b in self.mine:
             stats.batch(b, self.masks[b])
-            stats.add_rows(module, stats.rows_of(self.decoder.final_norm(self.hidden[b])))
+            batch = self.batches[b]
+            rows = self.decoder.head_inputs(batch["input_ids"], batch.get("attention_mask"),
+                                            self.hidden[b])
+            stats.add_rows(module, stats.rows_of(rows))
         stats.reduce(self.ranks.gather, self.ranks.all_reduce)
         return stats.result()
 
@@ -104,6 +132,25 @@ class BlockCalibration:
                 seen.add(key)
                 total += plan.cols ** 2 * 8
         return total
+
+
+class FrontEndMismatch(ValueError):
+    """Block-by-block calibration would not feed block 0 what the model's own forward feeds
+    it: one line saying by how much, and what to do instead."""
+
+    def __init__(self, directory, model_type: str, batch: int, ours, theirs):
+        if ours.shape != theirs.shape:
+            how = f"shape {tuple(ours.shape)} against {tuple(theirs.shape)}"
+        else:
+            difference = float((ours.double() - theirs.double()).abs().max())
+            how = (f"max |difference| {difference:.3g}, norm {float(ours.double().norm()):.4g} "
+                   f"against {float(theirs.double().norm()):.4g}")
+        super().__init__(
+            f"{directory}: block-by-block calibration refused: block 0's input on calibration "
+            f"batch {batch} differs from transformers' own forward of the model ({model_type}; "
+            f"{how}), so the front end (the embedding and the code before the first block) is "
+            "not the model's and every statistic would be wrong; calibrate the whole model "
+            "instead (--sequential never: memory holds the whole model)")
 
 
 def _device(device) -> str:

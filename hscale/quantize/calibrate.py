@@ -180,6 +180,7 @@ def _calibrate_blocks(path: Path, directory, source, model, found, plans, reques
         calibration = BlockCalibration(directory, source, model, batches, request, Ranks(),
                                        progress)
         calibration.start()
+        facts["front_end"] = calibration.proof
         for index in range(found.blocks):
             progress.block(index, "calibrating")
             _write_statistics(writer, groups[1 + index], calibration.run_block(index, full),

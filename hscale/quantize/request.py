@@ -35,6 +35,7 @@ class QuantizeRequest:
     seq_len: int = 256
     batch_size: int = 16
     hessian: str | None = None  # hscale calibrate's file
+    imatrix: str | None = None  # llama.cpp's importance matrix (GGUF or .dat) as h
     damp: float = DEFAULT_DAMP
     block_size: int = DEFAULT_BLOCK_SIZE
     act_order: bool = False
@@ -120,6 +121,8 @@ def check_request(request: QuantizeRequest):
                          f"{', '.join(CALIBRATION_DTYPES)}")
     if request.sequential not in ("auto", "never"):
         raise ValueError(f"--sequential {request.sequential!r}: auto or never")
+    if request.imatrix is not None:
+        check_imatrix_request(request)
     if request.hessian is not None:
         if not Path(request.hessian).is_file():
             raise ValueError(f"--hessian {request.hessian}: no such file")
@@ -145,9 +148,27 @@ def check_calibration_data(request: QuantizeRequest) -> None:
     if not Path(request.calibration_text).exists():
         raise ValueError(f"--calibration-data {request.calibration_text}: no such file or "
                          "directory")
-    if request.hessian is None and (needs_calibration(request) or request.report_errors):
+    if request.hessian is None and request.imatrix is None and (
+            needs_calibration(request) or request.report_errors):
         from hscale.calibration.sources import read_texts
         read_texts(request.calibration_text, request.text_field, request.samples)
+
+
+def check_imatrix_request(request: QuantizeRequest) -> None:
+    """``--imatrix``: a readable importance matrix (HSCALE-CAL-3), for what it can stand in
+    for: h. Not with --hessian, nor where a forward pass must give more than h (W4A4's amax,
+    GPTQ's full H, hscale-block's 16 x 16 blocks)."""
+    from hscale.calibration.imatrix import read_imatrix
+    needs = {"--scheme w4a4": request.scheme == "w4a4" and "each Linear's input amax",
+             "--pipeline gptq": request.pipeline == "gptq" and "the full H = X^T X",
+             "--method hscale-block": request.method == "hscale-block" and
+             "the diagonal 16 x 16 blocks of X^T X",
+             "--hessian": request.hessian is not None and "h a second time"}
+    for option, what in needs.items():
+        if what:
+            raise ValueError(f"--imatrix with {option}: that needs {what}, which an importance "
+                             "matrix (the sums of x^2 per input column) does not hold")
+    read_imatrix(request.imatrix)
 
 
 def needs_calibration(request: QuantizeRequest) -> bool:

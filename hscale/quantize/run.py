@@ -77,12 +77,13 @@ def _quantize_directory(request: QuantizeRequest, backend, directory, log, start
     if not quantized:
         raise ValueError(f"{directory}: no Linear layer to quantize (all ignored or skipped)")
     sequential = (request.sequential == "auto" and found.block_prefix is not None
-                  and request.hessian is None)
+                  and request.hessian is None and request.imatrix is None)
     ranks = Ranks.from_environment(request.device)
     try:
         if ranks.distributed and not sequential:
             raise ValueError(f"torchrun ({ranks.world} processes): {directory} is not a decoder "
-                             "hscale quantizes block by block (or --hessian / --sequential never "
+                             "hscale quantizes block by block (or --hessian, --imatrix or "
+                             "--sequential never "
                              "was given); run it in one process")
         backend_name = resolve_backend(request.backend)
         report = QuantizeReport(request=asdict(request), source=str(

@@ -60,6 +60,7 @@ class SequentialRun:
             started = time.perf_counter()
             calibration.start(first, (lambda b: c.hidden_store.load(first - 1, b))
                               if state and c.hidden_store is not None else None)
+            report.calibration["front_end"] = calibration.proof
             c.seconds["calibration"] += time.perf_counter() - started
         if state:
             c.progress.advance(sum(planned[n].weights for g in groups[1:first + 1] for n in g

@@ -1,5 +1,5 @@
 """``hscale quantize`` of a whole model: the path of models that are not decoders run block by
-block (the bundled MiniLM encoder), and of runs given ``--hessian``.
+block (the bundled MiniLM encoder), and of runs given ``--hessian`` or ``--imatrix``.
 
 Calibration (when the method needs it) is one forward pass of the whole model in float32
 (``calibrate``): memory holds the model, which is why decoders go block by block instead. Then
@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 from hscale.calibration import LayerStatistics, load_hessians
+from hscale.calibration.imatrix import describe, imatrix_statistics, read_imatrix
 from hscale.checkpoints import ShardWriter
 from hscale.pipelines import PIPELINES
 from hscale.reference import diagonal_blocks
@@ -40,6 +41,11 @@ def run_whole(c: RunContext, calibrating: bool) -> None:
     if request.hessian is not None:
         stats.h, stats.H = load_hessians(request.hessian, modules, gptq or block, lazy=True)
         report.calibration = {"from": request.hessian}
+    elif request.imatrix is not None:  # llama.cpp's sums of x^2 (HSCALE-CAL-3)
+        imatrix = read_imatrix(request.imatrix)
+        stats = imatrix_statistics(imatrix, quantized, c.inventory.model_type,
+                                   c.inventory.blocks, c.inventory)
+        report.calibration = describe(imatrix)
     elif calibrating:
         refuse_whole_moe(c.plans)
         started = time.perf_counter()
