@@ -81,6 +81,16 @@ def test_documents_text_whole_jsonl_records_directory_in_order(tmp_path):
         read_documents(tmp_path / "missing")
 
 
+def test_documents_of_a_datasets_directory(tmp_path):
+    """A ``save_to_disk`` directory: its --text-field column, as --calibration-data reads it."""
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_dict({"body": ["first record", "second record"]}).save_to_disk(
+        str(tmp_path / "set"))
+    assert read_documents(tmp_path / "set", "body") == ["first record", "second record"]
+    with pytest.raises(ValueError, match=r"^--data .*set: no column 'text' \(it has body"):
+        read_documents(tmp_path / "set")
+
+
 def test_scores_are_torch_cross_entropy_and_kl_divergence():
     """Negative log-likelihood against torch's cross_entropy, KL(P || Q) against torch's
     kl_div (its own formula, log-targets), top-1 agreement by counting; the positions before

