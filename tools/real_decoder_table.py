@@ -322,7 +322,9 @@ def run(args) -> dict:
             if scheme != "w4a4":  # the activation scales need the forward pass itself
                 argv += ["--hessian", str(hessian(work, source, subset, args, results,
                                                   save))]
-        out = work / "checkpoints" / f"{row}-{subset}-{engine}"
+        # no dot in the name: hscale quantize names its report (and the kept h) after the
+        # output's stem, which for "llama.cpp.gguf" would be "llama"
+        out = work / "checkpoints" / f"{row}-{subset}-{engine.replace('.', '')}"
         if engine == "llama.cpp":
             out = out.with_suffix(".gguf")
             argv += ["--format", "gguf"]
@@ -337,7 +339,8 @@ def run(args) -> dict:
         figures.update(quantize=quantize, argv=argv[2:])
         results["runs"].setdefault(row, {}).setdefault(engine, {})[str(subset)] = figures
         save()
-        shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
+        for written in out.parent.glob(f"{out.stem}*"):  # the file, its report and kept h
+            shutil.rmtree(written) if written.is_dir() else written.unlink()
     for kept in references.values():
         kept.close()
     return {"runs": len(planned), "done": len(todo)}
@@ -458,7 +461,7 @@ def markdown(results: dict) -> str:
                          f"{e['ppl']['mean']:.3f} [{e['ppl']['low']:.2f}, "
                          f"{e['ppl']['high']:.2f}]ʷ | 0 | - | - | 100% | - | - |")
             continue
-        single = e["subsets"] == 0
+        single = e["subsets"] <= 1  # one value: its interval over the windows instead
         ppl = (f"{e['ppl']['mean']:.3f} [{e['windows_ppl']['low']:.2f}, "
                f"{e['windows_ppl']['high']:.2f}]ʷ" if single else cell(e["ppl"], 3))
         kld = (f"{e['kld']['mean']:.4f} [{e['windows_kld']['low']:.4f}, "
