@@ -12,6 +12,19 @@ from pathlib import Path
 
 import pytest
 
+#: Markers whose tests run only when asked for by name (``pytest -m table``): hours of work
+#: that CI and the README's test command leave out, saying so.
+OPT_IN_MARKERS = {"table": "the real-decoder table of docs/results.md (hours on 2 cores)"}
+
+
+def pytest_collection_modifyitems(config, items):
+    asked = config.getoption("-m") or ""
+    for item in items:
+        for marker, what in OPT_IN_MARKERS.items():
+            if marker in item.keywords and marker not in asked:
+                item.add_marker(pytest.mark.skip(reason=f"{what}: opt in with pytest -m "
+                                                        f"{marker}"))
+
 
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory) -> Path:

@@ -313,12 +313,12 @@ def test_embedding_probe_matches_a_model_loaded_with_the_weights_replaced():
 
 
 def test_spread_interval_is_the_student_t_interval_worked_by_hand():
-    """1..5: mean 3, sample sd sqrt(2.5), t(0.975, 4) = 2.776, half width
-    2.776 * sqrt(2.5) / sqrt(5) = 2.776 * sqrt(0.5) = 1.96293..."""
+    """1..5: mean 3, sample sd sqrt(2.5), t(0.975, 4) = 2.7764451 (tables of Student's t give
+    2.776), half width 2.7764451 * sqrt(2.5) / sqrt(5) = 2.7764451 * sqrt(0.5) = 1.963243..."""
     from hscale.report.spread import interval
     got = interval([5, 1, 4, 2, 3])
     assert got["mean"] == 3.0
-    assert abs(got["half_width"] - 2.776 * 0.5 ** 0.5) < 1e-12
+    assert abs(got["half_width"] - 2.7764451052 * 0.5 ** 0.5) < 1e-9
 
 
 def test_synthetic_family_analyses_are_consistent(monkeypatch):

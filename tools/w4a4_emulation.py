@@ -28,39 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
+from hscale.evaluation.activations import activation_hooks
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def activation_hooks(model, source_dir, checkpoint_dir) -> list:
-    """Forward pre-hooks putting every quantized Linear's input (of ``checkpoint_dir``, a W4A4
-    checkpoint) through NVFP4-ACT-1 .. -4 with its stored activation scale; returns the
-    handles. MoE experts (fused 3-D parameters, not Linears) are not hooked."""
-    import torch
-    from hscale.checkpoints import SafetensorsModel, detect_format
-    from hscale.models.inventory import inventory
-    from hscale.reference.activations import fake_quantize_activations, reciprocal
-    layout = detect_format(checkpoint_dir).layout
-    if not layout.activations:
-        raise ValueError(f"{checkpoint_dir}: not a W4A4 checkpoint (no activation scales)")
-    stored_model = SafetensorsModel(checkpoint_dir)
-    found = inventory(Path(source_dir), model)
-    handles = []
-    for module in layout.module_tensors(stored_model):
-        if module in found.experts:
-            continue
-        stored = np.float32(stored_model.array(layout.tensor_names(module)["input"])
-                            .reshape(-1)[0])
-        a = layout.implied_global_scale(stored)  # NVFP4-ACT-1: the activation multiplier
-        g = stored if layout.stores_reciprocal else reciprocal(a)  # what the kernel is given
-
-        def hook(mod, args, g=g, a=a):
-            x = args[0]
-            rows = x.detach().reshape(-1, x.shape[-1]).float().numpy()
-            q = fake_quantize_activations(rows, g, a)  # NVFP4-ACT-1 .. -4
-            return (torch.from_numpy(q).reshape(x.shape).to(x.dtype),) + tuple(args[1:])
-        target = model.get_submodule(found.layout.to_module("." + module)[1:])
-        handles.append(target.register_forward_pre_hook(hook))
-    return handles
 
 
 def _quantize(source, out: Path, scheme: str, samples: int) -> Path:
@@ -86,7 +56,7 @@ def decoder_figures(source: Path, w4a16: Path, w4a4: Path) -> dict:
             return model(ids).logits.double()
     reference = logits(base)
     emulated = decoded_model(source, w4a4)
-    handles = activation_hooks(emulated, source, w4a4)
+    handles, _ = activation_hooks(emulated, w4a4)
     try:
         outputs = {"w4a16": logits(decoded_model(source, w4a16)), "w4a4": logits(emulated)}
     finally:
@@ -113,7 +83,7 @@ def minilm_figures(w4a16: Path, w4a4: Path) -> dict:
     figures = {"texts": len(probe.texts),
                "w4a16": probe.cosine(checkpoint_weights(w4a16))}
     model = decoded_model(source, w4a4)
-    handles = activation_hooks(model, source, w4a4)
+    handles, _ = activation_hooks(model, w4a4)
     try:
         figures["w4a4"] = cosine_stats(probe.base, probe.embeddings(model))
     finally:

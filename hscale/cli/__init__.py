@@ -16,6 +16,7 @@ import logging
 import sys
 
 from . import bench, checkpoints, conform, demo, docs, interop, quantize, report, vectors
+from . import eval as eval_command
 from .args import EXIT_OK, CommandParser, error_text, fail, plain_text
 
 #: Commands that own their whole argument list (``hscale bench --help``): the dispatcher hands
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_parser(commands)
     quantize.add_parsers(commands)
     checkpoints.add_parsers(commands)
+    eval_command.add_parser(commands)
     report.add_parser(commands)
     # Only for the listing of --help: main() hands "hscale bench ..." to bench.main,
     # "hscale interop ..." to interop.main.

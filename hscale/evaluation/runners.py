@@ -1,0 +1,133 @@
+"""A language model that gives next-token logits for a window of token ids, whichever engine runs
+it: transformers (``TransformersRunner``) or llama.cpp through llama-cpp-python
+(``LlamaCppRunner``). Each says what it is (``facts``), its vocabulary and context, and how its
+tokenizer cuts a text, so that ``hscale eval`` can feed the model and its original the same
+tokens."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import numpy as np
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+class Runner:
+    """What ``hscale eval`` asks of a model (subclasses fill it in)."""
+
+    #: JSON-ready facts: the engine and its version, what was loaded and how.
+    facts: dict
+    vocab_size: int
+    #: The positions the model was trained for (None: not said).
+    max_context: int | None
+    #: The BOS token id the model's tokenizer puts first, None where it puts none.
+    bos: int | None
+
+    def tokenize(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def logits(self, ids: np.ndarray):
+        """The float32 logits (len(ids), vocab) of one window of token ids, a torch tensor."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class TransformersRunner(Runner):
+    """A transformers causal LM (any dtype; its logits are taken as float32) and its tokenizer;
+    ``hooks``: forward hooks that belong to it (W4A4 emulation), removed by ``close``."""
+
+    def __init__(self, model, tokenizer, facts: dict, hooks=()):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.hooks = list(hooks)
+        self.facts = {"engine": "transformers", "transformers": package_version("transformers"),
+                      "torch": package_version("torch"), **facts}
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.max_context = getattr(model.config.get_text_config(), "max_position_embeddings",
+                                   None)
+        self.bos = _added_bos(tokenizer)
+
+    def tokenize(self, text: str) -> list[int]:
+        from hscale.models.loading import quiet_transformers
+        with quiet_transformers():  # "sequence longer than the model's maximum" is expected
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def logits(self, ids: np.ndarray):
+        import torch
+        with torch.no_grad():
+            out = self.model(torch.as_tensor(np.asarray(ids, np.int64))[None], use_cache=False)
+        return out.logits[0].float()
+
+    def close(self) -> None:
+        for hook in self.hooks:
+            hook.remove()
+        self.hooks = []
+
+
+def _added_bos(tokenizer) -> int | None:
+    """The BOS id a Hugging Face tokenizer puts before a text, or None."""
+    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+    special = tokenizer("a")["input_ids"]
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is not None and len(special) > len(plain) and special[0] == bos:
+        return int(bos)
+    return None
+
+
+class LlamaCppRunner(Runner):
+    """A GGUF file run by llama.cpp (llama-cpp-python): its own tokenizer, its CPU kernels (for
+    NVFP4 and the k-quants: activations quantized to Q8 inside each matmul), every position's
+    logits of a window (``logits_all``), the KV cache emptied between windows."""
+
+    def __init__(self, path, context: int, threads: int | None = None):
+        from hscale.models.loading import require
+        llama_cpp = require("llama_cpp", "engines")
+        self.path = str(path)
+        self.llm = llama_cpp.Llama(self.path, n_ctx=context, n_batch=context,
+                                   n_ubatch=min(context, 512), logits_all=True, verbose=False,
+                                   n_threads=threads, n_threads_batch=threads)
+        model = self.llm._model
+        metadata = self.llm.metadata
+        self.facts = {"engine": "llama.cpp", "llama-cpp-python": llama_cpp.__version__,
+                      "model": model.desc(),
+                      "architecture": metadata.get("general.architecture"),
+                      "file_type": _file_type(metadata.get("general.file_type")),
+                      "threads": self.llm.n_threads}
+        self.vocab_size = int(self.llm.n_vocab())
+        self.max_context = int(model.n_ctx_train()) or None
+        self.bos = int(self.llm.token_bos()) if model.add_bos_token() else None
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+
+
+    def logits(self, ids: np.ndarray):
+        import torch
+        ids = [int(i) for i in ids]
+        self.llm.reset()
+        self.llm.eval(ids)
+        return torch.from_numpy(np.array(self.llm.scores[: len(ids)], dtype=np.float32))
+
+    def close(self) -> None:
+        self.llm.close()
+
+
+def _file_type(value) -> str | None:
+    """``general.file_type`` by its llama.cpp name (3: MOSTLY_Q4_1), the number where gguf does
+    not know it."""
+    if value is None:
+        return None
+    try:
+        import gguf
+        return gguf.LlamaFileType(int(value)).name
+    except (ImportError, ValueError):
+        return str(value)

@@ -1,0 +1,116 @@
+"""Token-level scores of a language model on windows of text, and their intervals over windows.
+
+Per scored position of a window (``hscale.evaluation.text``), from the model's logits ``z`` and,
+where there is one, the original model's ``r`` (both float32, every softmax taken in float64):
+
+- the negative log-likelihood of the text's next token, ``-log softmax(z)[target]``;
+- the KL divergence from the original, ``KL(P || Q) = sum_v p_v (log p_v - log q_v)`` with
+  ``P = softmax(r)`` and ``Q = softmax(z)`` (llama.cpp's ``--kl-divergence`` measures the same);
+- whether the two agree on the most likely next token.
+
+Perplexity is ``exp`` of the mean negative log-likelihood over every scored token. Its interval,
+and the KL divergence's, are Student-t intervals over the windows' means: tokens of one window
+are not independent draws, whole windows of a long text nearly are.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .intervals import Interval, t_interval
+
+#: Rows of a window whose float64 softmax is taken at once (a 262,144-token vocabulary makes
+#: 128 MiB of them).
+ROWS_AT_ONCE = 64
+
+
+@dataclass
+class WindowScores:
+    """The scores of one window's scored positions (float64 arrays, one entry a position)."""
+
+    nll: np.ndarray
+    kl: np.ndarray | None = None
+    top1_agrees: np.ndarray | None = None
+
+
+def score_window(logits, targets, first: int, reference=None) -> WindowScores:
+    """Scores of positions ``first`` .. len(targets) - 1 of one window: ``logits`` (context, V)
+    of the model, ``targets`` (context - 1,) the next tokens, ``reference`` (context, V) the
+    original's logits or None."""
+    import torch
+    logits = torch.as_tensor(logits)
+    targets = torch.as_tensor(np.asarray(targets, dtype=np.int64))
+    if reference is not None:
+        reference = torch.as_tensor(reference)
+        if reference.shape != logits.shape:
+            raise ValueError(f"the original's logits are {tuple(reference.shape)}, the "
+                             f"model's {tuple(logits.shape)}: not the same vocabulary")
+    nll, kl, agrees = [], [], []
+    for start in range(first, targets.shape[0], ROWS_AT_ONCE):
+        rows = slice(start, min(targets.shape[0], start + ROWS_AT_ONCE))
+        log_q = torch.log_softmax(logits[rows].double(), dim=-1)
+        nll.append(-log_q.gather(1, targets[rows, None])[:, 0])
+        if reference is not None:
+            log_p = torch.log_softmax(reference[rows].double(), dim=-1)
+            kl.append((log_p.exp() * (log_p - log_q)).sum(-1))
+            agrees.append(log_p.argmax(-1) == log_q.argmax(-1))
+    out = WindowScores(torch.cat(nll).numpy())
+    if reference is not None:
+        out.kl = torch.cat(kl).numpy()
+        out.top1_agrees = torch.cat(agrees).numpy().astype(np.float64)
+    return out
+
+
+def _percentile(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if values.size else float("nan")
+
+
+@dataclass
+class Scores:
+    """Every window's scores, in order; the figures of a whole evaluation."""
+
+    windows: list[WindowScores] = field(default_factory=list)
+
+    def add(self, window: WindowScores) -> None:
+        self.windows.append(window)
+
+    @property
+    def has_kl(self) -> bool:
+        return bool(self.windows) and self.windows[0].kl is not None
+
+    def _window_means(self, key: str) -> np.ndarray:
+        return np.array([getattr(w, key).mean() for w in self.windows])
+
+    def _all(self, key: str) -> np.ndarray:
+        return np.concatenate([getattr(w, key) for w in self.windows])
+
+    def nll(self) -> Interval:
+        """The mean negative log-likelihood per token, with its interval over windows (every
+        window scores as many tokens, so the mean of the window means is the token mean)."""
+        return t_interval(self._window_means("nll"))
+
+    def perplexity(self) -> Interval:
+        return self.nll().mapped(math.exp)
+
+    def figures(self) -> dict:
+        """The JSON-ready figures: perplexity and the mean negative log-likelihood with their
+        intervals, and per window; with an original, the KL divergence (mean with its
+        interval, median, 99th percentile, largest) and the top-1 agreement."""
+        nll = self.nll()
+        out = {"tokens_scored": int(sum(w.nll.size for w in self.windows)),
+               "perplexity": nll.mapped(math.exp).as_dict(),
+               "nll": nll.as_dict(),
+               "per_window": {"nll": [float(v) for v in self._window_means("nll")]}}
+        if self.has_kl:
+            kl = self._all("kl")
+            out["kld"] = dict(t_interval(self._window_means("kl")).as_dict(),
+                              median=_percentile(kl, 50), p99=_percentile(kl, 99),
+                              max=float(kl.max()))
+            out["top1_agreement"] = t_interval(self._window_means("top1_agrees")).as_dict()
+            out["per_window"]["kld"] = [float(v) for v in self._window_means("kl")]
+            out["per_window"]["top1_agreement"] = [float(v) for v in
+                                                   self._window_means("top1_agrees")]
+        return out
