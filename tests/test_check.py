@@ -79,7 +79,12 @@ def test_an_hscale_checkpoint_is_exact_given_the_same_h(tiny, hessians, tmp_path
     moved = sum(sum(n for d, n in layer.quality["shifts_from_rtn"].items() if int(d))
                 for layer in report.layers)
     assert moved > 0, "H-Scale moved no byte: the test would not tell hscale from rtn"
-    # Without h the search cannot be reproduced, but every byte and code is still the format's.
+    # Without --hessian, check takes the h hscale quantize kept in the checkpoint (hscale/).
+    kept = check_checkpoint(out, original=tiny)
+    assert kept.conforms and {layer.verdict for layer in kept.layers} == {"exact"}
+    assert any("hscale/h.safetensors, which hscale quantize kept" in n for n in kept.notes)
+    # Without any h the search cannot be reproduced, but every byte and code is still the format's.
+    shutil.rmtree(out / "hscale")
     without_h = check_checkpoint(out, original=tiny)
     assert without_h.conforms
     assert "format" in {layer.verdict for layer in without_h.layers}

@@ -193,7 +193,7 @@ CASES = [
     ("quantize-out-missing-parent", ["quantize", "--out", "{in}/no/such/q", "--method", "rtn"],
      "no such directory (the parent of --out)"),
     ("quantize-bad-pipeline", ["quantize", "--pipeline", "awq"], "invalid choice: 'awq'"),
-    ("quantize-bad-format", ["quantize", "--format", "gguf"], "invalid choice: 'gguf'"),
+    ("quantize-bad-format", ["quantize", "--format", "nvfp4"], "invalid choice: 'nvfp4'"),
     ("quantize-missing-data", ["quantize", "--out", "{in}/q", "--calibration-data",
                                "{in}/missing.txt"], "--calibration-data {in}/missing.txt: no such "
                                                     "file or directory"),

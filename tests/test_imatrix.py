@@ -96,7 +96,7 @@ def test_h_is_each_weights_in_sum2_and_check_re_derives_it(tiny, tmp_path, sourc
                             imatrix=str(DATA / "tiny-llama.imatrix.gguf"), progress=False)
     assert report.calibration["imatrix_format"] == "gguf" and report.calibration["chunks"] == 88
     assert report.path == "whole model" and "calibration" not in report.seconds
-    kept = load_file(str(tmp_path / "out" / "hscale-h.safetensors"))
+    kept = load_file(str(tmp_path / "out" / "hscale" / "h.safetensors"))
     sums = sums_of(DATA / "tiny-llama.imatrix.gguf")
     assert len(kept) == 14
     for layer in report.layers:
@@ -114,7 +114,7 @@ def test_the_legacy_dat_gives_its_stored_values_as_h(tiny, tmp_path):
     report = quantize_model(model_dir=str(tiny["directory"]), out=str(tmp_path / "out"),
                             imatrix=str(DATA / "tiny-llama.imatrix.dat"), progress=False)
     assert report.calibration["imatrix_format"] == "dat"
-    kept = load_file(str(tmp_path / "out" / "hscale-h.safetensors"))
+    kept = load_file(str(tmp_path / "out" / "hscale" / "h.safetensors"))
     legacy = legacy_of(DATA / "tiny-llama.imatrix.dat")
     for layer in report.layers:
         np.testing.assert_array_equal(kept[f"h.{layer['module']}"],
@@ -162,7 +162,7 @@ def test_experts_take_their_column_and_an_unseen_expert_the_scale_only_search(tm
     path = _write_imatrix(tmp_path / "moe.imatrix.gguf", entries)
     report = quantize_model(model_dir=str(directory), out=str(tmp_path / "out"),
                             imatrix=str(path), progress=False)
-    kept = load_file(str(tmp_path / "out" / "hscale-h.safetensors"))
+    kept = load_file(str(tmp_path / "out" / "hscale" / "h.safetensors"))
     layers = {layer["module"]: layer for layer in report.layers}
     checked = 0
     for block in range(2):

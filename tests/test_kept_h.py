@@ -1,4 +1,4 @@
-"""The h an H-Scale run used is kept beside its output (``hscale-h.safetensors`` in a checkpoint,
+"""The h an H-Scale run used is kept beside its output (``hscale/h.safetensors`` in a checkpoint,
 ``NAME.hscale-h.safetensors`` beside ``NAME.gguf``), and ``hscale check --original`` finds it
 and re-derives every layer exactly; without it the same check cannot (H-Scale's bytes depend on
 h). The kept h is the one ``hscale calibrate`` computes with the same options."""
@@ -27,8 +27,8 @@ def llama(tmp_path_factory):
 def test_the_kept_h_lets_check_re_derive_h_scale_exactly(llama, tmp_path):
     from safetensors.numpy import load_file
     report = quantize_model(model_dir=str(llama), out=str(tmp_path / "out"), **OPTIONS)
-    kept = tmp_path / "out" / "hscale-h.safetensors"
-    assert report.kept_h == kept.name and kept.is_file()
+    kept = tmp_path / "out" / "hscale" / "h.safetensors"
+    assert report.kept_h == "hscale/h.safetensors" and kept.is_file()
     calibrate_to_file(QuantizeRequest(model_dir=str(llama), **OPTIONS),
                       tmp_path / "h.safetensors", full=False, force=False)
     assert load_file(str(kept)).keys() == load_file(str(tmp_path / "h.safetensors")).keys()
@@ -39,7 +39,7 @@ def test_the_kept_h_lets_check_re_derive_h_scale_exactly(llama, tmp_path):
     assert checked.conforms and len(checked.layers) == 14
     assert {layer.verdict for layer in checked.layers} == {"exact"}
     assert {layer.recipe for layer in checked.layers} == {"hscale maxabs"}
-    assert any("hscale-h.safetensors, which hscale quantize kept" in n for n in checked.notes)
+    assert any("hscale/h.safetensors, which hscale quantize kept" in n for n in checked.notes)
     moved = any(sum(v for k, v in (layer.quality or {}).get("shifts_from_rtn", {}).items()
                     if int(k)) for layer in checked.layers)
     assert moved, "H-Scale moved no byte away from RTN's: the test would not tell h apart"
@@ -53,8 +53,8 @@ def test_the_kept_h_lets_check_re_derive_h_scale_exactly(llama, tmp_path):
 def test_no_keep_h_and_methods_without_h_keep_nothing(llama, tmp_path):
     quantize_model(model_dir=str(llama), out=str(tmp_path / "no"), keep_h=False, **OPTIONS)
     quantize_model(model_dir=str(llama), out=str(tmp_path / "rtn"), method="rtn", **OPTIONS)
-    assert not (tmp_path / "no" / "hscale-h.safetensors").exists()
-    assert not (tmp_path / "rtn" / "hscale-h.safetensors").exists()
+    assert not (tmp_path / "no" / "hscale" / "h.safetensors").exists()
+    assert not (tmp_path / "rtn" / "hscale" / "h.safetensors").exists()
     assert not any(p.name == "kept-h" for p in (tmp_path / "no").rglob("*"))
 
 
@@ -68,7 +68,7 @@ def test_hscale_block_is_offered_and_re_derived_from_the_blocks_it_keeps(llama, 
     from hscale.reference import diagonal_blocks
     quantize_model(model_dir=str(llama), out=str(tmp_path / "block"), method="hscale-block",
                    **OPTIONS)
-    kept = load_file(str(tmp_path / "block" / "hscale-h.safetensors"))
+    kept = load_file(str(tmp_path / "block" / "hscale" / "h.safetensors"))
     calibrate_to_file(QuantizeRequest(model_dir=str(llama), sequential="never", **OPTIONS),
                       tmp_path / "H.safetensors", full=True, force=False)
     whole = load_file(str(tmp_path / "H.safetensors"))

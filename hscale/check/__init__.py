@@ -85,7 +85,8 @@ def check_checkpoint(checkpoint, original=None, hessian=None, backend="auto",
     report = CheckReport(str(checkpoint), layout.name, str(original) if original else None,
                          str(hessian) if hessian else None)
     if hessian == kept:
-        report.notes.append(f"h from {kept.name}, which hscale quantize kept beside the "
+        shown = kept.relative_to(checkpoint).as_posix() if Path(checkpoint).is_dir() else kept.name
+        report.notes.append(f"h from {shown}, which hscale quantize kept beside the "
                             "checkpoint (H-Scale's bytes re-derived with it)")
     source = _open_original(original, modules) if original else None
     hessians = _open_hessians(hessian, modules) if hessian else None

@@ -172,7 +172,7 @@ def add_parsers(commands) -> None:
                                "left its completed blocks (resumed by default)")
     quantize.add_argument("--no-keep-h", action="store_true",
                           help="H-Scale: do not keep the h it used beside the output (by "
-                               "default hscale-h.safetensors in the checkpoint, "
+                               "default hscale/h.safetensors in the checkpoint, "
                                "NAME.hscale-h.safetensors beside NAME.gguf: what hscale check "
                                "--original needs to re-derive H-Scale's bytes)")
     quantize.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -4,8 +4,11 @@ original model holds).
 
 It is the file ``hscale calibrate`` writes (``h.MODULE`` float64, ``hscale.calibration.hessians``;
 for ``hscale-block`` also ``B.MODULE``, the diagonal 16 x 16 blocks of H),
-named ``hscale-h.safetensors`` inside a checkpoint directory and ``NAME.hscale-h.safetensors``
-beside a GGUF file ``NAME.gguf``: one float64 per input column of each quantized weight
+named ``hscale/h.safetensors`` inside a checkpoint directory and ``NAME.hscale-h.safetensors``
+beside a GGUF file ``NAME.gguf``. In a checkpoint it lies in a sub-directory, not beside the
+weights: engines (vLLM, SGLang) load every ``*.safetensors`` at a checkpoint's top level when
+it has no shard index, and ``hscale check`` (NVFP4-CKPT-5, -6) refuses a safetensors file there
+that is not the model's. It holds one float64 per input column of each quantized weight
 (Llama-3-8B: 10 MB beside 5.6 GB; SmolLM2-135M: 1.3 MB). While the run goes, each weight's h is
 saved in the partial output as it is known (a resumed run finds the blocks done before), and the
 file is assembled when the run completes.
@@ -18,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-#: The kept h inside a checkpoint directory.
-KEPT_H_NAME = "hscale-h.safetensors"
+#: The kept h inside a checkpoint directory: in a sub-directory, so that no engine loading the
+#: top level's ``*.safetensors`` takes it for weights.
+KEPT_H_NAME = "hscale/h.safetensors"
 #: Where each weight's h waits in the partial output until the run completes.
 PENDING_DIR = "kept-h"
 
@@ -66,6 +70,7 @@ class KeptH:
         shutil.rmtree(self.directory)
         if not kept["h"] and not kept["B"]:
             return None
+        Path(path).parent.mkdir(exist_ok=True)
         save_hessians(path, kept["h"], {}, {**facts, "kept_by": "hscale quantize",
                                             "layers": len(kept["h"])}, blocks=kept["B"])
         return Path(path)

@@ -170,7 +170,7 @@ def _finish(c: RunContext, output, started: float) -> None:
     kept = c.kept.write(gguf_side_file(request.out, "h") if request.format == GGUF_FORMAT
                         else output.path / KEPT_H_NAME, report.calibration)
     if kept is not None:
-        report.kept_h = kept.name
+        report.kept_h = kept.name if request.format == GGUF_FORMAT else KEPT_H_NAME
     if request.format == GGUF_FORMAT:
         _write_gguf(c, output)
     _add_seconds(c, started)
