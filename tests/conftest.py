@@ -14,7 +14,11 @@ import pytest
 
 #: Markers whose tests run only when asked for by name (``pytest -m table``): hours of work
 #: that CI and the README's test command leave out, saying so.
-OPT_IN_MARKERS = {"table": "the real-decoder table of docs/results.md (hours on 2 cores)"}
+OPT_IN_MARKERS = {
+    "table": "the real-decoder table of docs/results.md (hours on 2 cores)",
+    "extended": "an extended self-test or library run, left out of the README's test command to "
+                "keep CI within its time (docs/performance.md, 'Test suite and CI')",
+}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -81,7 +85,9 @@ def zoo():
 
 
 @pytest.fixture(scope="session")
-def selftest_runs(tmp_path_factory):
-    """Every subprocess run of the self-tests (mutants, adapters), started together."""
+def selftest_runs(tmp_path_factory, request):
+    """Every subprocess run of the self-tests (mutants, adapters), started together; the
+    extended ones only when asked for (``pytest -m extended``)."""
     from selftest import all_runs
-    return all_runs(tmp_path_factory.mktemp("selftest"))
+    return all_runs(tmp_path_factory.mktemp("selftest"),
+                    extended="extended" in (request.config.getoption("-m") or ""))

@@ -45,6 +45,7 @@ def test_an_independent_kernel_conforms_under_its_recipe(selftest_runs, recipe):
     assert "kind activation (activation_recipe " + recipe in run.output
 
 
+@pytest.mark.extended
 @pytest.mark.selftest
 @pytest.mark.parametrize("implemented, declared", [
     pytest.param(i, d, id=f"{i}-declared-{d}", marks=pytest.mark.clause(*RECIPE_CLAUSES[d]))
@@ -60,6 +61,7 @@ def test_a_kernel_fails_the_other_recipes_naming_their_clause(selftest_runs, imp
         f"of {RECIPE_CLAUSES[declared]}")
 
 
+@pytest.mark.extended
 @pytest.mark.selftest
 @pytest.mark.parametrize("slip", [pytest.param(name, marks=pytest.mark.clause(clause), id=name)
                                   for name, (_, clause) in ACTIVATION_SLIPS.items()])
@@ -91,6 +93,7 @@ def test_the_activation_adapter_of_the_docs_conforms(selftest_runs):
             row["reason"], (clause, row)
 
 
+@pytest.mark.extended
 @pytest.mark.selftest
 @pytest.mark.clause("SUITE-KINDS-1")
 def test_one_adapter_of_two_kinds_gets_one_certificate_with_both(selftest_runs):

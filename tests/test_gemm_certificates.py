@@ -40,6 +40,7 @@ def test_independent_gemms_conform_under_their_declared_models(selftest_runs, fa
         in run.output, run.output[-3000:]
 
 
+@pytest.mark.extended
 @pytest.mark.selftest
 @pytest.mark.clause("SUITE-GEMM-1")
 @pytest.mark.parametrize("slip", list(GEMM_SLIPS))

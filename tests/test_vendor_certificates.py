@@ -83,6 +83,7 @@ def test_each_slip_of_the_bf16_kernel_does_not_conform_naming_its_clause(selftes
     assert cert["clauses"][clause]["status"] == "fail", cert["clauses"][clause]
 
 
+@pytest.mark.extended
 @pytest.mark.selftest
 @pytest.mark.clause("SUITE-ADAPTER-1", "NVFP4-INIT-1", "NVFP4-E2M1-2")
 def test_one_run_names_every_allowance_the_engines_weight_recipe_needs(selftest_runs):
@@ -99,6 +100,7 @@ def test_one_run_names_every_allowance_the_engines_weight_recipe_needs(selftest_
     assert "the allowance underflow-zero-group would excuse this" in texts, texts[:3000]
 
 
+@pytest.mark.extended
 @pytest.mark.selftest
 @pytest.mark.clause("SUITE-ADAPTER-1", "NVFP4-GS-1", "NVFP4-GS-2")
 def test_the_engines_weight_recipe_conforms_under_faithful_with_them_and_its_domain(

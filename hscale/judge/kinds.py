@@ -58,7 +58,7 @@ JUDGED_ELSEWHERE = {
     "HSCALE-CAL-2": "the calibration of a W4A4 activation scale, judged on a calibration pass "
                     "(hscale quantize --scheme w4a4), not on a quantize call",
     "HSCALE-CAL-3": "h read from a llama.cpp importance matrix, judged where hscale quantize "
-                    "--imatrix reads one (tests/test_imatrix.py), not on a quantize call",
+                    "--imatrix reads one, not on a quantize call",
     "NVFP4-ACT-4": "the decoded activation: it follows from the scale bytes and codes judged "
                    "(NVFP4-DEQ-1's rule); no kernel returns it",
 }
