@@ -158,4 +158,6 @@ def test_check_against_the_original_conforms(models, family):
     checked = check_checkpoint(target, original=source)
     assert checked.conforms, [p.render() for p in checked.all_problems()][:5]
     assert len(checked.layers) == len(report.layers)
-    assert {layer.verdict for layer in checked.layers} == {"format"}  # H-Scale without h
+    # H-Scale re-derived with the h hscale quantize kept in the checkpoint (hscale/h.safetensors)
+    assert {layer.verdict for layer in checked.layers} == {"exact"}
+    assert any("which hscale quantize kept" in note for note in checked.notes)
