@@ -115,8 +115,12 @@ def test_the_engines_weight_recipe_conforms_under_faithful_with_them_and_its_dom
     assert set(cert["allowance_uses"]) <= set(ENGINES_ALLOWANCES), cert["allowance_uses"]
     assert cert["domain"]["scale_ceilings"] == [448.0]
     assert "flush-to-zero" in cert["domain"]["magnitude_reason"]
-    left_out = {k: n for k, n in cert["adaptations"].items() if "outside the declared" in k}
-    assert left_out, cert["adaptations"]
+    # the cases beyond its magnitudes are left out saying why: constructions skipped with the
+    # domain's reason, generated draws redrawn and counted (which draws a run makes depends on
+    # the Hypothesis profile, so either record will do)
+    left_out = {k: n for k, n in {**cert["adaptations"], **cert["skip_reasons"]}.items()
+                if "outside the declared" in k and ("flush-to-zero" in k or "range" in k)}
+    assert left_out, (cert["adaptations"], cert["skip_reasons"])
     _, bare = certificate_of(selftest_runs, "vendor-engines-faithful",
                            "vendor-engines-bf16-kernel-no-domain")
     assert bare["verdict"] == "does not conform", summary(bare)
