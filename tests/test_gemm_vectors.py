@@ -188,7 +188,7 @@ def test_check_judges_gemm_lines_and_names_the_clause():
     assert report[-1].startswith("10 of 837 output elements of the GEMM vectors observed; "), report
     from hscale.vectors.gemm_files import check_lines, stored_cases
     report, errors = check_lines(list(stored_cases().values()), lines[:10], "fp32", 20, True)
-    assert errors == 827 and "827 output element(s) of the vectors are missing" in report[-1]
+    assert errors == 827 and "827 output elements of the vectors are missing" in report[-1]
 
 
 def test_a_malformed_gemm_line_is_a_line_error():

@@ -30,6 +30,7 @@ from hscale.reference.packing import (pack_codes, swizzle_scale_bytes, swizzle_s
                                       unpack_codes)
 
 from . import hexio
+from .families import coverage
 from .activation_catalogue import level0_cases  # noqa: F401 - the family's cases
 
 FORMAT_NAME = "hscale-nvfp4-activation-vectors"
@@ -315,13 +316,9 @@ def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20,
     total = sum(case.shape[0] * (case.shape[1] // GROUP_SIZE) for case in cases)
     observed = sum(len(entry["groups"]) for entry in seen.values())
     absent = [case.id for case in cases if case.id not in seen]
-    report.append(f"{observed} of {plural(total, 'group')} of the activation vectors observed"
-                  + (f"; {plural(len(absent), 'case')} absent from the file" if absent else ""))
-    if require_all and observed < total:
-        errors += total - observed
-        report.append(f"{plural(total - observed, 'group')} of the vectors are missing from the "
-                      "observed file (--require-all)")
-    return report, errors
+    lines, missing = coverage(observed, total, absent, "group", "activation vectors",
+                              require_all)
+    return report + lines, errors + missing
 
 
 def explain(file_name: str, case: ActivationCase, row: int, group: int) -> str:

@@ -9,7 +9,8 @@ members, so that ``generate``, ``verify``, ``check`` and ``explain`` treat them 
 - ``verify_document(name, document, level, seed, spec_version)``: ``(problems, files as the
   stored inputs render, cases)`` for one of its set files;
 - ``case_from_json(entry)``, ``observed_lines(cases, recipe)``, ``check_lines(cases, lines,
-  recipe, max_errors)``, ``explain(file_name, case, row, group)``.
+  recipe, max_errors, require_all)``, ``explain(file_name, case, row, group)``; ``check_lines``
+  ends its report with :func:`coverage`'s lines.
 
 Registering a family is one line of ``FAMILIES``.
 """
@@ -43,3 +44,18 @@ def family_of(document) -> object | None:
 def level0_family_cases(seed: int) -> dict:
     """kind -> its level-0 cases."""
     return {kind: module.level0_cases(seed) for kind, module in families().items()}
+
+
+def coverage(observed: int, total: int, absent: list, unit: str, vectors: str,
+             require_all: bool) -> tuple[list[str], int]:
+    """The last lines of a family's ``check`` report: how many of the vectors' ``unit``s
+    (groups, output elements) the observed file held and which cases it lacked, and with
+    ``require_all`` the missing ones counted as errors: ``(lines, errors)``."""
+    from hscale.judge.findings import plural
+    lines = [f"{observed} of {plural(total, unit)} of the {vectors} observed"
+             + (f"; {plural(len(absent), 'case')} absent from the file" if absent else "")]
+    if require_all and observed < total:
+        lines.append(f"{plural(total - observed, unit)} of the vectors are missing from the "
+                     "observed file (--require-all)")
+        return lines, total - observed
+    return lines, 0

@@ -25,6 +25,7 @@ from hscale.reference.float_formats import FLOAT32, float_format
 from hscale.reference.gemm import Nvfp4Tensor, decoded_units
 
 from . import hexio
+from .families import coverage
 from .formats import CONVENTIONS, dumps
 from .gemm import NVFP4_SET, WEIGHT_ONLY_SET, gemm_sets
 
@@ -412,13 +413,9 @@ def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20,
     total = sum(case.shape[0] * case.shape[1] for case in cases)
     observed = sum(len(values) for values in seen.values())
     absent = [case.id for case in cases if case.id not in seen]
-    report.append(f"{observed} of {total} output elements of the GEMM vectors observed"
-                  + (f"; {len(absent)} case(s) absent from the file" if absent else ""))
-    if require_all and observed < total:
-        errors += total - observed
-        report.append(f"{total - observed} output element(s) of the vectors are missing from "
-                      "the observed file (--require-all)")
-    return report, errors
+    lines, missing = coverage(observed, total, absent, "output element", "GEMM vectors",
+                              require_all)
+    return report + lines, errors + missing
 
 
 def explain(file_name: str, case: GemmCase, i: int, j: int) -> str:
