@@ -67,7 +67,7 @@ def check_checkpoint(checkpoint, original=None, hessian=None, backend="auto",
     llm-compressor recipe with a GPTQ modifier)."""
     from hscale.backends import get
     from hscale.pipelines import resolve_backend
-    from hscale.quantize.kept import kept_h_path
+    from hscale.quantize.kept import kept_h_label, kept_h_path
     if original is not None and Path(original).is_file():  # a GGUF model, as quantize reads it
         from hscale.checkpoints.from_gguf import temporary_model_directory
         with temporary_model_directory(original) as directory:
@@ -85,8 +85,7 @@ def check_checkpoint(checkpoint, original=None, hessian=None, backend="auto",
     report = CheckReport(str(checkpoint), layout.name, str(original) if original else None,
                          str(hessian) if hessian else None)
     if hessian == kept:
-        shown = kept.relative_to(checkpoint).as_posix() if Path(checkpoint).is_dir() else kept.name
-        report.notes.append(f"h from {shown}, which hscale quantize kept beside the "
+        report.notes.append(f"h from {kept_h_label(kept, Path(checkpoint).is_dir())}, which hscale quantize kept beside the "
                             "checkpoint (H-Scale's bytes re-derived with it)")
     source = _open_original(original, modules) if original else None
     hessians = _open_hessians(hessian, modules) if hessian else None

@@ -37,6 +37,12 @@ def kept_h_path(checkpoint) -> Path:
     return gguf_side_file(checkpoint, "h")
 
 
+def kept_h_label(path, in_directory: bool) -> str:
+    """How reports name a kept h: its path inside the checkpoint directory, or its file name
+    beside a GGUF file."""
+    return KEPT_H_NAME if in_directory else Path(path).name
+
+
 class KeptH:
     """The h of each quantized weight of a run, saved under ``partial`` (the partial output
     directory) as it comes, written as one file by ``write``."""

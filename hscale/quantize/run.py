@@ -47,7 +47,7 @@ from .plan import ignore_list, kept_tensors, plan_layers
 from .progress import Progress
 from .report import REPORT_NAME, QuantizeReport, header_line, summarize
 from .request import QuantizeRequest, check_request, needs_calibration
-from .kept import KEPT_H_NAME, KeptH
+from .kept import KEPT_H_NAME, KeptH, kept_h_label
 from .resume import HiddenStore, ResumableOutput, TermAsInterrupt, fingerprint
 from .source import (GGUF_FORMAT, fingerprint_files, gguf_side_file, is_gguf_source,
                      source_directory, work_target)
@@ -170,7 +170,7 @@ def _finish(c: RunContext, output, started: float) -> None:
     kept = c.kept.write(gguf_side_file(request.out, "h") if request.format == GGUF_FORMAT
                         else output.path / KEPT_H_NAME, report.calibration)
     if kept is not None:
-        report.kept_h = kept.name if request.format == GGUF_FORMAT else KEPT_H_NAME
+        report.kept_h = kept_h_label(kept, request.format != GGUF_FORMAT)
     if request.format == GGUF_FORMAT:
         _write_gguf(c, output)
     _add_seconds(c, started)
