@@ -403,6 +403,43 @@ def test_byte_tokenizer_and_random_ids():
     assert torch.equal(r1, r2) and r1.shape == (2, 8) and int(r1.max()) < 512
 
 
+def test_text_batches_by_length_groups_texts_longest_first_in_a_stable_order():
+    # ByteTokenizer: a text of b UTF-8 bytes is b + 2 tokens (BOS, EOS), truncated to max_length
+    tok = S.ByteTokenizer(512)
+    texts = ["aaa", "b" * 9, "cc", "d" * 9, "e" * 30, "f", "gg", "hhhh"]
+    lengths = [min(len(t) + 2, 8) for t in texts]  # by hand: max_length 8 truncates two
+    expected = sorted(range(len(texts)), key=lambda i: (-lengths[i], i))
+    assert expected == [1, 3, 4, 7, 0, 2, 6, 5]
+    batches = list(C.text_batches(tok, texts, 3, 8, by_length=True))
+    assert len(batches) == 3
+    got = [tok(texts[i], max_length=8)["input_ids"][0].tolist() for i in expected]
+    rows = [r[:int(m.sum())] for b in batches for r, m in
+            zip(b["input_ids"].tolist(), b["attention_mask"])]
+    assert rows == got  # every text once, in that order, none cut or padded inside
+    slots = sum(int(b["attention_mask"].numel()) for b in batches)
+    in_order = sum(int(b["attention_mask"].numel()) for b in C.text_batches(tok, texts, 3, 8))
+    assert (slots, in_order) == (8 * 3 + 6 * 3 + 4 * 2, 8 * 3 + 8 * 3 + 6 * 2)
+    assert list(C.text_batches(tok, [], 3, 8, by_length=True)) == []
+
+
+def test_row_reductions_are_the_sums_and_maxima_they_stand_for():
+    from hscale.calibration.rows import column_square_sums, rows_amax, widened
+    g = torch.Generator().manual_seed(1)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        x = torch.randn(300, 48, generator=g).to(dtype)
+        x[17, 5] = -9.5
+        kept = x.clone()
+        h = column_square_sums(widened(x))
+        assert torch.equal(x, kept)  # the rows themselves are never squared
+        assert np.allclose(h.numpy(), xtx_diag(x.double()), rtol=1e-14, atol=0)
+        assert torch.equal(h, (x.double() * x.double()).sum(dim=0))  # the products unchanged
+        assert rows_amax(x) == 9.5
+    assert str(rows_amax(-torch.zeros(2, 16))) == "0.0"  # never -0.0
+    with_nan = torch.ones(2, 16)
+    with_nan[1, 3] = float("nan")
+    assert np.isnan(rows_amax(with_nan))
+
+
 # ------------------------------------------------------------------------------------------
 # bundled data; (e) the default layer
 # ------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .rows import column_square_sums, rows_amax, select_rows, token_index, widened
 from .statistics import LayerStatistics
 
 #: Tokens cast to float64 at a time (bounds the hook's transient: 2048 x 14336 x 8 B = 235 MB).
@@ -56,17 +57,17 @@ class _Accumulator:
         import torch
         partial = None
         for start in range(0, rows.shape[0], ROWS):
-            x64 = rows[start:start + ROWS].to(torch.float64)
+            x64 = widened(rows[start:start + ROWS])
             if self.H is not None:
                 self.H.addmm_(x64.T, x64)
             if self.B is not None:
                 groups = x64.reshape(x64.shape[0], -1, 16)
                 self.B += torch.einsum("tgj,tgk->gjk", groups, groups)
-            chunk = (x64 * x64).sum(dim=0)  # HSCALE-CAL-1: h_j = sum of x_j^2
+            chunk = column_square_sums(x64)  # HSCALE-CAL-1 (x64 squared in place: last)
             partial = chunk if partial is None else partial + chunk
         if partial is None:
             return
-        amax = float(rows.abs().max())  # HSCALE-CAL-2: exact, the rows' own dtype
+        amax = rows_amax(rows)  # HSCALE-CAL-2
         self.amax[batch] = max(self.amax.get(batch, 0.0), amax)
         if batch in self.partials:
             self.partials[batch] = self.partials[batch] + partial
@@ -91,6 +92,7 @@ class BlockStatistics:
         self.experts: dict[str, tuple] = {}  # experts module (checkpoint) -> (module, count)
         self.kept: dict[str, dict[int, object]] = {}  # experts module -> batch -> its tokens
         self.index, self.mask, self._last, self._handles = 0, None, None, []
+        self.token_rows = None  # the current batch's counted rows (``token_index``)
         self.fallbacks: dict[str, str] = {}
         self.h: dict = {}
         self.H: dict = {}
@@ -104,6 +106,8 @@ class BlockStatistics:
         """The batch whose forward follows: its index and ``[batch, seq]`` token mask."""
         self.index = index
         self.mask = None if mask is None else mask.bool()
+        every = self.mask is None or bool(self.mask.all())
+        self.token_rows = None if every else token_index(self.mask)  # None: every row counts
         self._last = None
 
     def rows_of(self, x):
@@ -119,10 +123,10 @@ class BlockStatistics:
     def _rows(self, x):
         x = x.detach()
         flat = x.reshape(-1, x.shape[-1])
-        if self.mask is None or bool(self.mask.all()):
+        if self.token_rows is None:
             return flat
         if x.shape[:-1] == self.mask.shape or flat.shape[0] == self.mask.numel():
-            return flat[self.mask.reshape(-1).to(flat.device)]
+            return select_rows(flat, self.token_rows)
         raise ValueError(f"an input of shape {tuple(x.shape)} does not line up with the token "
                          f"mask of shape {tuple(self.mask.shape)}")
 

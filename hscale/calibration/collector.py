@@ -44,6 +44,8 @@ import numpy as np
 
 from hscale.models.architecture import linear_layers
 
+from .rows import column_square_sums, rows_amax, select_rows, token_index, widened
+
 
 class CalibrationBatch(NamedTuple):
     """One calibration batch with an explicit token mask.
@@ -134,12 +136,11 @@ class HessianDiagCollector:
         self.calls: Dict[str, int] = {name: 0 for name, _ in self.layers}
         self.amax: Dict[str, float] = {}  # HSCALE-CAL-2: max |x| of the counted tokens
         self._mask = None
+        self._token_rows = None  # the counted rows of the mask (``token_index``)
         self._handles: List[Any] = []
 
     # -- hooks -----------------------------------------------------------------------------
     def _make_hook(self, name: str, n: int):
-        torch = _torch()
-
         def hook(module, args, kwargs):
             x = args[0] if args else kwargs["input"]
             if x.shape[-1] != n:
@@ -149,16 +150,13 @@ class HessianDiagCollector:
             if mask is None:
                 rows = x.reshape(-1, n)
             else:
-                if mask.device != x.device:
-                    mask = mask.to(x.device)
-                if tuple(x.shape[:-1]) == tuple(mask.shape):
-                    rows = x[mask]
-                elif x.dim() == 2 and x.shape[0] == mask.numel():
-                    rows = x[mask.reshape(-1)]
-                elif [d for d in x.shape[:-1] if d != 1] == [d for d in mask.shape if d != 1]:
-                    # [batch, 1, seq, n] (MiniCPM3's latent attention): the mask's tokens,
-                    # singleton dimensions aside, in the same order
-                    rows = x.reshape(-1, n)[mask.reshape(-1)]
+                if tuple(x.shape[:-1]) == tuple(mask.shape) or (
+                        x.dim() == 2 and x.shape[0] == mask.numel()) or (
+                        [d for d in x.shape[:-1] if d != 1] == [d for d in mask.shape if d != 1]):
+                    # [batch, seq, n], [batch * seq, n], or with singleton dimensions between
+                    # (MiniCPM3's latent attention, [batch, 1, seq, n]): the mask's tokens in
+                    # the same order
+                    rows = select_rows(x.reshape(-1, n), self._token_rows)
                 elif x.dim() == 2 and mask.dim() == 2 and x.shape[0] == mask.shape[0]:
                     rows = x  # one vector per sequence (a BERT pooler's [CLS]): all count
                 else:
@@ -168,14 +166,14 @@ class HessianDiagCollector:
                         f"[batch, seq, {n}] or [batch*seq, {n}]); calibrate this layer without a mask "
                         "or leave it out"
                     )
-            x64 = rows.to(torch.float64)
-            acc = self._acc[name]
-            acc += (x64 * x64).sum(dim=0).to(acc.device)  # HSCALE-CAL-1: h_j = sum of x_j^2
+            x64 = widened(rows)
             if self.full:
                 gram = self._gram[name]
                 gram += (x64.T @ x64).to(gram.device)
+            acc = self._acc[name]
+            acc += column_square_sums(x64).to(acc.device)  # HSCALE-CAL-1 (x64 squared: last)
             if rows.shape[0]:  # HSCALE-CAL-2: amax = max |x| over the counted tokens
-                self.amax[name] = max(self.amax.get(name, 0.0), float(rows.abs().max()))
+                self.amax[name] = max(self.amax.get(name, 0.0), rows_amax(rows))
             self.tokens[name] += int(rows.shape[0])
             self.calls[name] += 1
             return None
@@ -217,6 +215,7 @@ class HessianDiagCollector:
         if m.dim() != 2:
             raise ValueError(f"token mask must be [batch, seq], got shape {tuple(m.shape)}")
         self._mask = (m != 0).to(self.device)
+        self._token_rows = token_index(self._mask)
 
     def _to_device(self, obj):
         torch = _torch()
