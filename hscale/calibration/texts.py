@@ -45,16 +45,36 @@ def heldout_texts() -> List[str]:
     return _text_lines(_HELDOUT_FILE)
 
 
-def text_batches(tokenizer, texts: Sequence[str], batch_size: int = MINILM_BATCH_SIZE, max_length: int = MINILM_MAX_LENGTH):
+def text_batches(tokenizer, texts: Sequence[str], batch_size: int = MINILM_BATCH_SIZE,
+                 max_length: int = MINILM_MAX_LENGTH, by_length: bool = False):
     """A re-iterable, sized sequence of ``{"input_ids", "attention_mask"}`` batch dicts.
 
-    Texts are taken in order, ``batch_size`` at a time, tokenized with ``tokenizer`` (a Hugging
-    Face tokenizer or :class:`hscale.models.synthetic.ByteTokenizer`), right-padded to the longest text of
-    the batch and truncated to ``max_length`` tokens. Padding is marked 0 in ``attention_mask``.
+    Texts are taken ``batch_size`` at a time, tokenized with ``tokenizer`` (a Hugging Face
+    tokenizer or :class:`hscale.models.synthetic.ByteTokenizer`), right-padded to the longest text
+    of the batch and truncated to ``max_length`` tokens. Padding is marked 0 in
+    ``attention_mask``. In the given order; with ``by_length`` grouped by token count instead,
+    longest first, texts of equal length in the given order (``length_order``): a batch then
+    pads its texts to lengths close to their own, and a forward pass computes on fewer padding
+    slots (padding is no token, HSCALE-CAL-1: the statistics change only in their summation
+    order, which the spec leaves open).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    return _TextBatches(tokenizer, list(texts), int(batch_size), int(max_length))
+    texts = list(texts)
+    if by_length:
+        texts = [texts[i] for i in length_order(tokenizer, texts, int(max_length))]
+    return _TextBatches(tokenizer, texts, int(batch_size), int(max_length))
+
+
+def length_order(tokenizer, texts: Sequence[str], max_length: int) -> List[int]:
+    """The indices of ``texts`` by their token count after truncation to ``max_length``,
+    longest first; a stable sort, so equal lengths keep the texts' order."""
+    if not texts:
+        return []
+    mask = tokenizer(list(texts), padding=True, truncation=True, max_length=max_length,
+                     return_tensors="pt")["attention_mask"]
+    lengths = [int(n) for n in mask.sum(dim=1)]
+    return sorted(range(len(texts)), key=lambda i: -lengths[i])
 
 
 class _TextBatches:

@@ -50,14 +50,23 @@ def load_tokenizer(directory: Path):
 
 def calibration_batches(directory: Path, request: QuantizeRequest, texts=None):
     """``(batches, facts)``: the calibration texts tokenized in batches of ``--batch-size``,
-    each truncated to ``--seq-len`` tokens, as a list; facts: texts, batches, tokens (not
-    padding), seq_len, the forward's dtype."""
+    each truncated to ``--seq-len`` tokens, as a list (``batches_of``); facts: texts, batches,
+    tokens (not padding), token slots (tokens and padding: what the forward computes on),
+    seq_len, the forward's dtype."""
     texts = calibration_texts(request) if texts is None else texts
-    batches = list(text_batches(load_tokenizer(directory), texts, request.batch_size,
-                                request.seq_len))
+    batches = list(batches_of(load_tokenizer(directory), texts, request))
     tokens = sum(int(b["attention_mask"].sum()) for b in batches)
+    slots = sum(int(b["attention_mask"].numel()) for b in batches)
     return batches, {"texts": len(texts), "batches": len(batches), "seq_len": request.seq_len,
-                     "tokens": tokens, "dtype": request.calibration_dtype}
+                     "tokens": tokens, "token_slots": slots, "dtype": request.calibration_dtype}
+
+
+def batches_of(tokenizer, texts: list[str], request: QuantizeRequest):
+    """The one batching of both calibration paths (whole model, block by block): texts grouped
+    by token count, longest first (``text_batches(by_length=True)``), ``--batch-size`` per
+    forward, so that padding costs little (SmolLM2 on 40 Debian Handbook paragraphs: 5,352
+    token slots for 3,017 tokens in the texts' order, 4,320 by length)."""
+    return text_batches(tokenizer, texts, request.batch_size, request.seq_len, by_length=True)
 
 
 def width_warnings(plans, tokens: int) -> list[str]:
@@ -90,7 +99,7 @@ def calibrate(directory: Path, modules: list[str], request: QuantizeRequest, ful
     if request.device not in (None, "auto"):
         model = model.to(request.device)
     model.eval()
-    batches = text_batches(tokenizer, texts, request.batch_size, request.seq_len)
+    batches = batches_of(tokenizer, texts, request)
     stats: dict = {}
     layers = {name: model.get_submodule(name) for name in modules}
     if full:
