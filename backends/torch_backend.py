@@ -326,6 +326,23 @@ class TorchQuantizer(Quantizer):
         errors = self._objectives(w, groups, scale, self._h_columns(h, groups, G))
         return errors.cpu().numpy().reshape(candidates.shape)
 
+    def candidate_objectives_weighted(self, groups, weightings, candidates, s_g) -> list:
+        """The objectives under each weighting from one rounding of the candidates
+        (``kernels.eager_objectives_weighted``): the report's errors score two candidates with
+        h and with h = 1, and the rounding is most of each call. Eager for every weight: the
+        fused kernel's results equal the eager ones bit for bit (``torch_compile``)."""
+        torch = self.torch
+        k = candidates.shape[-1]
+        w = self._tensor(groups)
+        G = w.shape[0]
+        index = torch.from_numpy(np.ascontiguousarray(candidates).reshape(G, k)).to(self.device)
+        scale = self._scales(s_g).take(index.long())  # (G, k), exact
+        errors = kernels.eager_objectives_weighted(
+            torch, self._abs_t(w, groups), scale,
+            [self._h_columns(h, groups, G) for h in weightings], self._buffers(),
+            wide=w.dtype == torch.float64)
+        return [e.cpu().numpy().reshape(candidates.shape) for e in errors]
+
     def search(self, groups, h, initial, s_g, context) -> np.ndarray:
         """The reference's search (window, objectives, first minimum) on the device: the scales
         of each initial byte's window are one row of a (127, K) table, and ``torch.min``

@@ -102,6 +102,35 @@ def eager_objectives(torch, aw_t, scale, h_t, buffers: Buffers, wide: bool = Fal
     ulp(m*s) from it, which is more (ulp(m*s) / 2 just below a power of two, where the quotient
     at that distance is itself a float, not m). tests/test_gptq_backends.py counts both facts on
     inputs built to break them."""
+    x = squared_residuals(torch, aw_t, scale, buffers, wide)
+    if h_t is not None:
+        x.mul_(h_t.unsqueeze(2))  # h*(d*d)
+    return group_sums(torch, x, buffers.get("t", x.numel()).view(x.shape)[0])
+
+
+def eager_objectives_weighted(torch, aw_t, scale, weightings, buffers: Buffers,
+                              wide: bool = False) -> list:
+    """``eager_objectives`` of the same groups and scales under each of ``weightings`` (each
+    an ``h_t`` or None), the rounding and the residuals computed once: each E (G, k) a new
+    tensor, bit for bit what ``eager_objectives`` gives for that weighting (the same
+    products, the same sums in the same order)."""
+    d2 = squared_residuals(torch, aw_t, scale, buffers, wide)
+    out = []
+    for count, h_t in enumerate(weightings):
+        last = count == len(weightings) - 1
+        y = d2 if last else buffers.get("y", d2.numel()).view(d2.shape)
+        if h_t is not None:
+            torch.mul(d2, h_t.unsqueeze(2), out=y)  # h*(d*d)
+        elif not last:
+            y.copy_(d2)
+        out.append(group_sums(torch, y, torch.empty(d2.shape[1:], dtype=d2.dtype,
+                                                    device=d2.device)))
+    return out
+
+
+def squared_residuals(torch, aw_t, scale, buffers: Buffers, wide: bool = False):
+    """(16, G, k) ``d*d``, ``d = |w| - q*s`` with q the E2M1 rounding of ``|w|/s``, in the
+    thread's buffer ``x`` (``eager_objectives`` says why each step is exact)."""
     G, k = scale.shape
     n = GROUP * G * k
     aw_b = aw_t.unsqueeze(2)  # (16, G, 1)
@@ -120,15 +149,17 @@ def eager_objectives(torch, aw_t, scale, h_t, buffers: Buffers, wide: bool = Fal
         x.add_(t, alpha=MAGIC)  # fl(x + 2^51 T): rounds x to the E2M1 spacing, ties to even
         x.sub_(t, alpha=MAGIC)  # exact: x is now q, the E2M1 magnitude
     torch.addcmul(aw_b, x, scale_b, value=-1.0, out=x)  # d = |w| - q*s, q*s exact
-    x.mul_(x)  # d*d
-    if h_t is not None:
-        x.mul_(h_t.unsqueeze(2))  # h*(d*d)
-    # Balanced pairwise sum over the element axis, adjacent pairs level by level:
-    # x[2j] += x[2j+1]; x[4j] += x[4j+2]; x[8j] += x[8j+4]; E = x[0] + x[8].
+    return x.mul_(x)  # d*d
+
+
+def group_sums(torch, x, out):
+    """E (G, k) of the (16, G, k) terms ``x`` (summed in place) into ``out``: the balanced
+    pairwise sum over the element axis, adjacent pairs level by level: x[2j] += x[2j+1];
+    x[4j] += x[4j+2]; x[8j] += x[8j+4]; E = x[0] + x[8] (HSCALE-OBJ-1's order)."""
     x[0::2].add_(x[1::2])
     x[0::4].add_(x[2::4])
     x[0::8].add_(x[4::8])
-    return torch.add(x[0], x[8], out=t[0])
+    return torch.add(x[0], x[8], out=out)
 
 
 def eager_encode(torch, w, scale, buffers: Buffers):

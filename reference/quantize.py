@@ -290,6 +290,14 @@ class Quantizer:
             errors[..., k] = self.objective(groups, h, codes, scale)
         return errors
 
+    def candidate_objectives_weighted(self, groups, weightings, candidates, s_g) -> list:
+        """``candidate_objectives`` of the same candidates under each of ``weightings`` (each an
+        ``h`` as above: the report scores its results with h and with ``UNIT_WEIGHTS``), each
+        array the caller's own. A backend may round once for all of them; the values are those
+        of separate calls."""
+        return [np.array(self.candidate_objectives(groups, h, candidates, s_g))
+                for h in weightings]
+
     def encode(self, groups, scale) -> np.ndarray:
         """E2M1 codes of the groups at the effective scales (broadcastable) (NVFP4-E2M1-2, -3)."""
         return encode_e2m1(groups, scale)

@@ -88,6 +88,25 @@ def test_every_objective_on_the_whole_ladder_equals_the_reference(backend, weigh
                               f"(group, byte index) {tuple(np.argwhere(differ)[0])}")
 
 
+@pytest.mark.clause("HSCALE-OBJ-1")
+def test_objectives_under_several_weightings_at_once_are_the_references(backend):
+    """``candidate_objectives_weighted`` (the report's errors: one rounding, then h and h = 1)
+    gives each weighting's objectives bit for bit as the reference's separate calls, in any
+    order and with a weighting repeated."""
+    groups = hard_float64_groups(count=600, seed=9)
+    rng = np.random.default_rng(4)
+    h = rng.random(16) * 10.0 ** rng.uniform(-8, 8, 16)
+    candidates = np.broadcast_to(ALL_BYTES, (len(groups), len(ALL_BYTES)))
+    weightings = [h, UNIT_WEIGHTS, h]
+    got = backend.group_quantizer().candidate_objectives_weighted(groups, weightings,
+                                                                  candidates, S_G)
+    assert len(got) == 3
+    for count, (weights, values) in enumerate(zip(weightings, got)):
+        expected = Quantizer().candidate_objectives(groups, weights, candidates, S_G)
+        differ = bits(expected) != bits(values)
+        assert not differ.any(), f"weighting {count}: {int(differ.sum())} objectives differ"
+
+
 def test_the_24_bit_kernel_would_get_some_of_them_wrong():
     """The reason the float64 kernel exists: the kernel for users' weights, given these float64
     groups, disagrees with the reference (so the test above can fail)."""

@@ -67,11 +67,11 @@ def rounding_quality(weight, result, h, quantizer=None) -> dict:
     def run_block(block):
         r0, r1, i0, i1 = block
         groups = quantizer.load_groups(weight[r0:r1, GROUP_SIZE * i0:GROUP_SIZE * i1])
-        for key in errors:
-            weights = UNIT_WEIGHTS if key == "weight_se" else h_groups[i0:i1]
-            # a backend's result is its buffer: copied at once
-            errors[key][r0:r1, i0:i1] = quantizer.candidate_objectives(
-                groups, weights, candidates[r0:r1, i0:i1], result.global_scale)
+        weightings = [UNIT_WEIGHTS if key == "weight_se" else h_groups[i0:i1] for key in errors]
+        scored = quantizer.candidate_objectives_weighted(
+            groups, weightings, candidates[r0:r1, i0:i1], result.global_scale)
+        for key, values in zip(errors, scored):
+            errors[key][r0:r1, i0:i1] = values
 
     quantizer.map_blocks(run_block, plan_blocks(rows, group_cols, quantizer.block_groups))
     sums = {key: (float(np.sum(e[..., 0])), float(np.sum(e[..., -1])))
