@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -81,7 +82,9 @@ def run(args, rest) -> dict:
 
 
 def pair(args, rest) -> dict:
-    """RTN and H-Scale in turn (``run``), ``--repeat`` times; the wall-time ratios."""
+    """RTN and H-Scale in turn (``run``), ``--repeat`` times, each writing under ``--out`` (a
+    directory, made if missing); the wall-time ratios and their median."""
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     runs = []
     for attempt in range(args.repeat):
         for method in ("rtn", "hscale"):
@@ -91,7 +94,8 @@ def pair(args, rest) -> dict:
             print(json.dumps(result), file=sys.stderr, flush=True)
             runs.append(result)
     by = {m: [r["seconds"] for r in runs if r["method"] == m] for m in ("rtn", "hscale")}
-    return {"runs": runs, "ratios": [h / r for r, h in zip(by["rtn"], by["hscale"])],
+    ratios = [h / r for r, h in zip(by["rtn"], by["hscale"])]
+    return {"runs": runs, "ratios": ratios, "ratio_median": statistics.median(ratios),
             "returncode": max(r["returncode"] for r in runs)}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -119,13 +120,18 @@ def fp8_bytes(tensor) -> np.ndarray:
     return t.numpy().copy()
 
 
-def module_status(*modules: str) -> tuple[bool, str]:
-    """``(True, "")`` when every module imports, else ``(False, reason)`` with the exception."""
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception as exc:  # noqa: BLE001 - any import failure makes it unavailable
-            return False, f"cannot import {name}: {type(exc).__name__}: {exc}"
+def module_status(*modules: str, quiet: bool = False) -> tuple[bool, str]:
+    """``(True, "")`` when every module imports, else ``(False, reason)`` with the exception.
+    ``quiet``: the imports' warnings are not shown (ModelOpt warns on import that the installed
+    transformers "is not tested with modelopt", which says nothing about the kernels judged)."""
+    with warnings.catch_warnings():
+        if quiet:
+            warnings.simplefilter("ignore")
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception as exc:  # noqa: BLE001 - any import failure makes it unavailable
+                return False, f"cannot import {name}: {type(exc).__name__}: {exc}"
     return True, ""
 
 

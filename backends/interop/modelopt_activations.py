@@ -36,9 +36,7 @@ class ModelOptActivations:
         return common.dist_version("nvidia-modelopt")
 
     def available(self):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return common.module_status(LIBRARY_MODULE)
+        return common.module_status(LIBRARY_MODULE, quiet=True)
 
     def quantize_activations(self, x, global_scale=None):
         import torch

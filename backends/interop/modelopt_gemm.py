@@ -52,9 +52,7 @@ class ModeloptGemm:
         return common.dist_version("nvidia-modelopt")
 
     def available(self):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return common.module_status(LIBRARY_MODULE)
+        return common.module_status(LIBRARY_MODULE, quiet=True)
 
     def gemm(self, a, b, *, out_dtype="bfloat16"):
         import ml_dtypes

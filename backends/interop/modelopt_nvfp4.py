@@ -47,9 +47,7 @@ class ModelOptNVFP4:
         return common.dist_version("nvidia-modelopt")
 
     def available(self):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "transformers X is not tested with modelopt"
-            return common.module_status(LIBRARY_MODULE)
+        return common.module_status(LIBRARY_MODULE, quiet=True)
 
     def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=DEFAULT_K,
                  U=DEFAULT_U, scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None):
