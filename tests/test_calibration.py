@@ -403,23 +403,53 @@ def test_byte_tokenizer_and_random_ids():
     assert torch.equal(r1, r2) and r1.shape == (2, 8) and int(r1.max()) < 512
 
 
-def test_text_batches_by_length_groups_texts_longest_first_in_a_stable_order():
+def test_text_batches_by_length_cut_the_longest_first_order_where_padding_costs_most():
     # ByteTokenizer: a text of b UTF-8 bytes is b + 2 tokens (BOS, EOS), truncated to max_length
     tok = S.ByteTokenizer(512)
     texts = ["aaa", "b" * 9, "cc", "d" * 9, "e" * 30, "f", "gg", "hhhh"]
-    lengths = [min(len(t) + 2, 8) for t in texts]  # by hand: max_length 8 truncates two
-    expected = sorted(range(len(texts)), key=lambda i: (-lengths[i], i))
-    assert expected == [1, 3, 4, 7, 0, 2, 6, 5]
-    batches = list(C.text_batches(tok, texts, 3, 8, by_length=True))
-    assert len(batches) == 3
-    got = [tok(texts[i], max_length=8)["input_ids"][0].tolist() for i in expected]
+    counts = [min(len(t) + 2, 8) for t in texts]  # by hand: max_length 8 truncates three
+    assert counts == [5, 8, 4, 8, 8, 3, 4, 6]
+    # longest first, equal counts in order: 8 8 8 6 5 4 4 3 (texts 1 3 4 7 0 2 6 5). At most 3
+    # per batch and 10 slots per call, three batches are the fewest: sizes 3 3 2 cost
+    # 24 + 18 + 8, 3 2 3 cost 24 + 12 + 12, 2 3 3 cost 16 + 24 + 12, each + 30; four or more
+    # batches at least the 46 tokens + 40. So 3 2 3: [1 3 4] [7 0] [2 6 5], 78.
+    batches = C.text_batches(tok, texts, 3, 8, by_length=True)
+    from hscale.calibration.texts import length_batches
+    assert length_batches(counts, 3, 10) == [[1, 3, 4], [7, 0], [2, 6, 5]]
+    assert len(batches) == len(length_batches(counts, 3))
+    order = [i for batch in length_batches(counts, 3) for i in batch]
     rows = [r[:int(m.sum())] for b in batches for r, m in
             zip(b["input_ids"].tolist(), b["attention_mask"])]
-    assert rows == got  # every text once, in that order, none cut or padded inside
-    slots = sum(int(b["attention_mask"].numel()) for b in batches)
-    in_order = sum(int(b["attention_mask"].numel()) for b in C.text_batches(tok, texts, 3, 8))
-    assert (slots, in_order) == (8 * 3 + 6 * 3 + 4 * 2, 8 * 3 + 8 * 3 + 6 * 2)
+    assert rows == [tok(texts[i], max_length=8)["input_ids"][0].tolist() for i in order]
     assert list(C.text_batches(tok, [], 3, 8, by_length=True)) == []
+
+
+def test_length_batches_is_the_cheapest_cutting_of_the_sorted_texts():
+    """Against every cutting of the longest-first order into runs of at most batch_size,
+    enumerated: the chosen one costs the least (slots + overhead per batch)."""
+    from itertools import product
+    from hscale.calibration.texts import length_batches
+    rng = np.random.default_rng(5)
+    for _ in range(40):
+        n, size, overhead = int(rng.integers(1, 10)), int(rng.integers(1, 5)), \
+            int(rng.integers(0, 40))
+        counts = [int(c) for c in rng.integers(1, 60, n)]
+        order = sorted(range(n), key=lambda i: (-counts[i], i))
+
+        def cost(batches):
+            return sum(len(b) * max(counts[i] for i in b) + overhead for b in batches)
+        cheapest = None
+        for cuts in product((False, True), repeat=n - 1):  # a cut after position k
+            runs, start = [], 0
+            for k, cut in enumerate(cuts + (True,)):
+                if cut:
+                    runs.append(order[start:k + 1])
+                    start = k + 1
+            if max(len(r) for r in runs) <= size:
+                cheapest = cost(runs) if cheapest is None else min(cheapest, cost(runs))
+        got = length_batches(counts, size, overhead)
+        assert [i for b in got for i in b] == order and max(len(b) for b in got) <= size
+        assert cost(got) == cheapest, (counts, size, overhead)
 
 
 def test_row_reductions_are_the_sums_and_maxima_they_stand_for():

@@ -45,49 +45,81 @@ def heldout_texts() -> List[str]:
     return _text_lines(_HELDOUT_FILE)
 
 
+#: What one more forward call costs, in token slots: grouping by length splits a run of texts
+#: into another batch only where that saves more padding than this. SmolLM2-135M on two CPU
+#: cores: a block's call costs about what 40-50 more token slots do.
+BATCH_OVERHEAD_SLOTS = 64
+
+
 def text_batches(tokenizer, texts: Sequence[str], batch_size: int = MINILM_BATCH_SIZE,
                  max_length: int = MINILM_MAX_LENGTH, by_length: bool = False):
     """A re-iterable, sized sequence of ``{"input_ids", "attention_mask"}`` batch dicts.
 
-    Texts are taken ``batch_size`` at a time, tokenized with ``tokenizer`` (a Hugging Face
-    tokenizer or :class:`hscale.models.synthetic.ByteTokenizer`), right-padded to the longest text
-    of the batch and truncated to ``max_length`` tokens. Padding is marked 0 in
-    ``attention_mask``. In the given order; with ``by_length`` grouped by token count instead,
-    longest first, texts of equal length in the given order (``length_order``): a batch then
-    pads its texts to lengths close to their own, and a forward pass computes on fewer padding
-    slots (padding is no token, HSCALE-CAL-1: the statistics change only in their summation
-    order, which the spec leaves open).
+    Texts are tokenized with ``tokenizer`` (a Hugging Face tokenizer or
+    :class:`hscale.models.synthetic.ByteTokenizer`), truncated to ``max_length`` tokens and
+    right-padded to the longest text of their batch; padding is marked 0 in
+    ``attention_mask``. Batches hold ``batch_size`` texts in the given order; with
+    ``by_length`` at most ``batch_size``, the texts grouped by token count instead
+    (``length_batches``), so that a forward pass computes on little padding (padding is no
+    token, HSCALE-CAL-1: the statistics change only in their summation order, which the spec
+    leaves open).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     texts = list(texts)
-    if by_length:
-        texts = [texts[i] for i in length_order(tokenizer, texts, int(max_length))]
-    return _TextBatches(tokenizer, texts, int(batch_size), int(max_length))
+    if not by_length:
+        return _TextBatches(tokenizer, texts, [list(range(i, min(i + batch_size, len(texts))))
+                                               for i in range(0, len(texts), batch_size)],
+                            int(max_length))
+    return _TextBatches(tokenizer, texts,
+                        length_batches(token_counts(tokenizer, texts, int(max_length)),
+                                       int(batch_size)), int(max_length))
 
 
-def length_order(tokenizer, texts: Sequence[str], max_length: int) -> List[int]:
-    """The indices of ``texts`` by their token count after truncation to ``max_length``,
-    longest first; a stable sort, so equal lengths keep the texts' order."""
+def token_counts(tokenizer, texts: Sequence[str], max_length: int) -> List[int]:
+    """Each text's token count after truncation to ``max_length``."""
     if not texts:
         return []
     mask = tokenizer(list(texts), padding=True, truncation=True, max_length=max_length,
                      return_tensors="pt")["attention_mask"]
-    lengths = [int(n) for n in mask.sum(dim=1)]
-    return sorted(range(len(texts)), key=lambda i: -lengths[i])
+    return [int(n) for n in mask.sum(dim=1)]
+
+
+def length_batches(counts: Sequence[int], batch_size: int,
+                   overhead: int = BATCH_OVERHEAD_SLOTS) -> List[List[int]]:
+    """The texts (indices into ``counts``) in batches of at most ``batch_size``: sorted by
+    token count, longest first (a stable sort: equal counts keep their order), then cut into
+    consecutive runs at the places that minimise the token slots computed (each batch: its
+    texts x its longest) plus ``overhead`` per batch. Dynamic programming over the cut
+    points, exact; of equally cheap cuttings the one with the larger first batches."""
+    order = sorted(range(len(counts)), key=lambda i: -counts[i])
+    longest = [counts[i] for i in order]
+    n = len(order)
+    best = [0] + [None] * n  # best[j]: the cheapest cost of the first j texts
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(max(0, j - batch_size), j):
+            cost = best[i] + (j - i) * longest[i] + overhead
+            if best[j] is None or cost < best[j]:
+                best[j], cut[j] = cost, i
+    bounds, j = [], n
+    while j:
+        bounds.append((cut[j], j))
+        j = cut[j]
+    return [order[i:j] for i, j in reversed(bounds)]
 
 
 class _TextBatches:
-    def __init__(self, tokenizer, texts, batch_size, max_length):
-        self.tokenizer, self.texts, self.batch_size, self.max_length = tokenizer, texts, batch_size, max_length
+    def __init__(self, tokenizer, texts, batches, max_length):
+        self.tokenizer, self.texts, self.batches, self.max_length = tokenizer, texts, batches, max_length
 
     def __len__(self) -> int:
-        return (len(self.texts) + self.batch_size - 1) // self.batch_size
+        return len(self.batches)
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
-        for i in range(0, len(self.texts), self.batch_size):
+        for batch in self.batches:
             enc = self.tokenizer(
-                self.texts[i : i + self.batch_size],
+                [self.texts[i] for i in batch],
                 padding=True,
                 truncation=True,
                 max_length=self.max_length,

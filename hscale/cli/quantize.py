@@ -27,7 +27,8 @@ def add_calibration_options(parser) -> None:
                        help="tokens per text at most (default 256: 512 x 256 = 131,072 tokens "
                             "at most, more than any Linear's width)")
     group.add_argument("--batch-size", type=int, default=16,
-                       help="texts per forward pass (default 16)")
+                       help="texts per forward pass at most (default 16; texts of similar "
+                            "length are batched together, docs/quantize.md)")
     group.add_argument("--device", default=None,
                        help="where the calibration forward runs: cpu (default), cuda, cuda:N, "
                             "or auto (a CUDA device if there is one; for a model that is not a "
