@@ -317,13 +317,8 @@ class TorchQuantizer(Quantizer):
     def candidate_objectives(self, groups, h, candidates, s_g) -> np.ndarray:
         """E (..., k) of every group at every candidate byte; the array is the thread's work
         buffer, valid until the thread's next call (the pipeline uses it at once)."""
-        torch = self.torch
-        k = candidates.shape[-1]
-        w = self._tensor(groups)
-        G = w.shape[0]
-        index = torch.from_numpy(np.ascontiguousarray(candidates).reshape(G, k)).to(self.device)
-        scale = self._scales(s_g).take(index.long())  # (G, k), exact
-        errors = self._objectives(w, groups, scale, self._h_columns(h, groups, G))
+        w, scale = self._candidate_scales(groups, candidates, s_g)
+        errors = self._objectives(w, groups, scale, self._h_columns(h, groups, w.shape[0]))
         return errors.cpu().numpy().reshape(candidates.shape)
 
     def candidate_objectives_weighted(self, groups, weightings, candidates, s_g) -> list:
@@ -331,17 +326,19 @@ class TorchQuantizer(Quantizer):
         (``kernels.eager_objectives_weighted``): the report's errors score two candidates with
         h and with h = 1, and the rounding is most of each call. Eager for every weight: the
         fused kernel's results equal the eager ones bit for bit (``torch_compile``)."""
-        torch = self.torch
-        k = candidates.shape[-1]
-        w = self._tensor(groups)
-        G = w.shape[0]
-        index = torch.from_numpy(np.ascontiguousarray(candidates).reshape(G, k)).to(self.device)
-        scale = self._scales(s_g).take(index.long())  # (G, k), exact
+        w, scale = self._candidate_scales(groups, candidates, s_g)
         errors = kernels.eager_objectives_weighted(
-            torch, self._abs_t(w, groups), scale,
-            [self._h_columns(h, groups, G) for h in weightings], self._buffers(),
-            wide=w.dtype == torch.float64)
+            self.torch, self._abs_t(w, groups), scale,
+            [self._h_columns(h, groups, w.shape[0]) for h in weightings], self._buffers(),
+            wide=w.dtype == self.torch.float64)
         return [e.cpu().numpy().reshape(candidates.shape) for e in errors]
+
+    def _candidate_scales(self, groups, candidates, s_g):
+        """The groups as a (G, 16) tensor and each candidate byte's effective scale (G, k)."""
+        w = self._tensor(groups)
+        G, k = w.shape[0], candidates.shape[-1]
+        index = self.torch.from_numpy(np.ascontiguousarray(candidates).reshape(G, k))
+        return w, self._scales(s_g).take(index.to(self.device).long())  # exact
 
     def search(self, groups, h, initial, s_g, context) -> np.ndarray:
         """The reference's search (window, objectives, first minimum) on the device: the scales
