@@ -46,6 +46,14 @@ def test_the_table_tool_measures_h_scale_against_rtn_on_smollm2(tmp_path):
     rendered = subprocess.run([*run, "render", "--work", work], check=True, timeout=600,
                               capture_output=True, text=True).stdout
     assert "| H-Scale | W4A16 | transformers | 5 |" in rendered
+    subprocess.run([*run, "memory", "--work", work, "--model", model, "--rows", "rtn,hscale",
+                    "--per-subset", "8"], check=True, timeout=1800)
+    memory = json.loads((work / "results.json").read_text())["memory"]
+    assert set(memory) == {"calibrate --full", "rtn transformers", "hscale transformers"}
+    assert all(100 < m["peak_rss_mib"] < 20000 for m in memory.values()), memory
+    rendered = subprocess.run([*run, "render", "--work", work], check=True, timeout=600,
+                              capture_output=True, text=True).stdout
+    assert rendered.count(" |") and not rendered.splitlines()[-1].endswith("| - |")
     rtn = results["runs"]["rtn"]["transformers"]["None"]["kld"]["mean"]
     hscale = [r["kld"]["mean"] for r in results["runs"]["hscale"]["transformers"].values()]
     assert 0 < sum(hscale) / 5 < rtn  # H-Scale nearer the original than RTN, on average

@@ -13,8 +13,9 @@ written tensor by tensor (``hscale.checkpoints.synthetic``); ``--layers N`` keep
 blocks (the same values: a tensor's depend only on its name and the seed).
 
 ``run`` / ``check``: the command in a fresh process, as a user runs it; wall time and peak
-resident memory (the child's ``ru_maxrss`` from ``os.wait4``: the interpreter, torch and
-transformers included), the phases from the quantization report; one JSON line on stdout.
+resident memory (the child's own VmHWM, ``hscale.bench.peak``: the interpreter, torch and
+transformers included; not wait4's ``ru_maxrss``, which counts this process's size at the fork),
+the phases from the quantization report; one JSON line on stdout.
 
 ``pair``: RTN (``--method rtn``) and H-Scale (the default method, calibration included) in
 turn, ``--repeat`` times each, every run a fresh process of ``run``'s kind on the same machine in
@@ -37,7 +38,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -46,11 +46,8 @@ from pathlib import Path
 def run_child(argv: list[str]) -> dict:
     """Wall time (s), peak RSS (MiB) and return code of ``argv`` in a fresh process; its
     output goes to this process's stderr."""
-    started = time.perf_counter()
-    process = subprocess.Popen(argv, stdout=sys.stderr, stderr=sys.stderr)
-    _, status, usage = os.wait4(process.pid, 0)
-    return {"seconds": round(time.perf_counter() - started, 1),
-            "peak_rss_mib": round(usage.ru_maxrss / 1024), "returncode": os.waitstatus_to_exitcode(status)}
+    from hscale.bench.peak import measured_run
+    return measured_run(argv, stdout=sys.stderr, stderr=sys.stderr)
 
 
 def write(args) -> dict:

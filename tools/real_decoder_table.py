@@ -8,6 +8,8 @@ marker ``table``, runs a small version of it).
     python tools/real_decoder_table.py texts  --work DIR [--subsets 5] [--per-subset 40]
     python tools/real_decoder_table.py run    --work DIR --model MODEL.gguf [--rows ...]
                                               [--context 512] [--windows 8] [--llama-cpp]
+    python tools/real_decoder_table.py memory --work DIR --model MODEL.gguf [--rows ...]
+                                              [--llama-cpp]
     python tools/real_decoder_table.py render --work DIR [--write docs/results.md]
                                               [--plot docs/fidelity/real_decoder.png]
 
@@ -28,6 +30,10 @@ decoding, the original's logits computed once and kept in ``DIR/reference-*``), 
 original GGUF in llama.cpp. Results accumulate in ``DIR/results.json``: a rerun skips what is
 done. Progress and an ETA go to stderr.
 
+``memory``: each row's peak resident memory, once, on calibration subset 0 (and ``hscale
+calibrate --full``'s), each in a process of its own, measured by ``hscale.bench.peak`` (the
+process's own VmHWM); the table's peak column comes from it alone.
+
 ``render``: the table (mean and 95% Student-t interval over the subsets; a data-free row has
 one value, its interval over windows), as markdown on stdout or between the markers of
 ``--write``; ``--plot`` draws perplexity and KL per method.
@@ -44,6 +50,7 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -178,17 +185,18 @@ def texts(args) -> dict:
 # --------------------------------------------------------------------------------------------
 
 def timed(argv: list[str]) -> dict:
-    """Wall seconds, peak RSS (MiB) and return code of ``argv`` in a fresh process."""
-    started = time.perf_counter()
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)
-    _, status, usage = os.wait4(process.pid, 0)
-    error = process.stderr.read()
-    code = os.waitstatus_to_exitcode(status)
-    if code:
-        raise SystemExit(f"{' '.join(argv)} failed ({code}):\n{error[-3000:]}")
-    return {"seconds": round(time.perf_counter() - started, 1),
-            "peak_rss_mib": round(usage.ru_maxrss / 1024)}
+    """Wall seconds and peak resident memory (MiB, the process's own: ``hscale.bench.peak``,
+    not wait4's ru_maxrss, which counts this process's size at the fork) of ``argv`` in a
+    fresh process; a failure stops the table with the command's last error lines."""
+    from hscale.bench.peak import measured_run
+    with tempfile.TemporaryFile("w+") as errors:
+        result = measured_run(argv, stdout=subprocess.DEVNULL, stderr=errors)
+        if result["returncode"]:
+            errors.seek(0)
+            raise SystemExit(f"{' '.join(argv)} failed ({result['returncode']}):\n"
+                             f"{errors.read()[-3000:]}")
+    return {"seconds": result["seconds"], "peak_rss_mib": result["peak_rss_mib"],
+            "peak": "VmHWM"}
 
 
 class KeptLogits:
@@ -278,7 +286,6 @@ def run(args) -> dict:
                         "seq_len": args.seq_len, "texts": json.loads(
                             (work / "texts.json").read_text())}
     text = (work / "evaluation.txt").read_text(encoding="utf-8")
-    hscale = [sys.executable, "-m", "hscale"]
     (work / "checkpoints").mkdir(exist_ok=True)
 
     def save():
@@ -313,22 +320,9 @@ def run(args) -> dict:
         if done:
             eta = (time.perf_counter() - started) / done * (len(todo) - done)
             log(f"[{done}/{len(todo)}] ETA {eta / 60:.0f} min")
-        label, options, calibrated, scheme = ROWS[row]
-        argv = [*hscale, "quantize", str(source), "--quiet", "--force", *options]
-        if calibrated:
-            data = work / f"calibration-{subset}.jsonl"
-            argv += ["--calibration-data", str(data), "--samples", str(args.per_subset),
-                     "--seq-len", str(args.seq_len)]
-            if scheme != "w4a4":  # the activation scales need the forward pass itself
-                argv += ["--hessian", str(hessian(work, source, subset, args, results,
-                                                  save))]
-        # no dot in the name: hscale quantize names its report (and the kept h) after the
-        # output's stem, which for "llama.cpp.gguf" would be "llama"
-        out = work / "checkpoints" / f"{row}-{subset}-{engine.replace('.', '')}"
-        if engine == "llama.cpp":
-            out = out.with_suffix(".gguf")
-            argv += ["--format", "gguf"]
-        argv += ["--out", str(out)]
+        label = ROWS[row][0]
+        argv, out = quantize_argv(work, source, (row, subset, engine), args,
+                                  lambda k: hessian(work, source, k, args, results, save))
         log(f"{label}, subset {subset}, {engine}: quantize")
         quantize = timed(argv)
         log(f"  {quantize['seconds']} s, {quantize['peak_rss_mib']} MiB; evaluate")
@@ -339,11 +333,80 @@ def run(args) -> dict:
         figures.update(quantize=quantize, argv=argv[2:])
         results["runs"].setdefault(row, {}).setdefault(engine, {})[str(subset)] = figures
         save()
-        for written in out.parent.glob(f"{out.stem}*"):  # the file, its report and kept h
-            shutil.rmtree(written) if written.is_dir() else written.unlink()
+        remove_output(out)
     for kept in references.values():
         kept.close()
     return {"runs": len(planned), "done": len(todo)}
+
+
+def quantize_argv(work: Path, source: Path, job: tuple, args, hessian_of) -> tuple:
+    """``(argv, out)`` of one job's ``hscale quantize`` (``hessian_of(subset)``: the path of
+    the subset's h and H file, made when missing)."""
+    row, subset, engine = job
+    _, options, calibrated, scheme = ROWS[row]
+    argv = [sys.executable, "-m", "hscale", "quantize", str(source), "--quiet", "--force",
+            *options]
+    if calibrated:
+        data = work / f"calibration-{subset}.jsonl"
+        argv += ["--calibration-data", str(data), "--samples", str(args.per_subset),
+                 "--seq-len", str(args.seq_len)]
+        if scheme != "w4a4":  # the activation scales need the forward pass itself
+            argv += ["--hessian", str(hessian_of(subset))]
+    # no dot in the name: hscale quantize names its report (and the kept h) after the
+    # output's stem, which for "llama.cpp.gguf" would be "llama"
+    out = work / "checkpoints" / f"{row}-{subset}-{engine.replace('.', '')}"
+    if engine == "llama.cpp":
+        out = out.with_suffix(".gguf")
+        argv += ["--format", "gguf"]
+    return argv + ["--out", str(out)], out
+
+
+def remove_output(out: Path) -> None:
+    """A job's checkpoint or GGUF file, its report and its kept h."""
+    for written in out.parent.glob(f"{out.stem}*"):
+        shutil.rmtree(written) if written.is_dir() else written.unlink()
+
+
+def memory(args) -> dict:
+    """Each row's peak resident memory, once (calibration subset 0), in a process of its own
+    (``timed``): ``hscale quantize`` per row and engine, and ``hscale calibrate --full``, into
+    ``results.json``'s "memory". Memory does not depend on the machine's load, so this may run
+    beside anything; the seconds it records are not the table's."""
+    work = Path(args.work)
+    results_path = work / "results.json"
+    results = json.loads(results_path.read_text())
+    kept = results.setdefault("memory", {})
+
+    def save():
+        temporary = results_path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(results, indent=1) + "\n")
+        os.replace(temporary, results_path)
+
+    source = source_directory(work, args, results, save)
+    (work / "checkpoints").mkdir(exist_ok=True)
+    if "calibrate --full" not in kept:
+        path = work / "checkpoints" / "memory-hessian.safetensors"
+        argv = [sys.executable, "-m", "hscale", "calibrate", str(source), "--full", "--quiet",
+                "--calibration-data", str(work / "calibration-0.jsonl"),
+                "--samples", str(args.per_subset), "--seq-len", str(args.seq_len),
+                "--out", str(path), "--force"]
+        log("memory: hscale calibrate --full")
+        kept["calibrate --full"] = dict(timed(argv), argv=argv[2:])
+        path.unlink()
+        save()
+    args.subsets = 1  # subset 0 for the calibrated rows
+    for job in jobs(args):
+        key = f"{job[0]} {job[2]}"
+        if key in kept:
+            continue
+        argv, out = quantize_argv(work, source, job, args,
+                                  lambda k: work / f"hessian-{k}.safetensors")
+        log(f"memory: {ROWS[job[0]][0]}, {job[2]}")
+        kept[key] = dict(timed(argv), argv=argv[2:])
+        log(f"  {kept[key]['peak_rss_mib']} MiB")
+        remove_output(out)
+        save()
+    return {"measured": len(kept)}
 
 
 def source_directory(work: Path, args, results: dict, save) -> Path:
@@ -403,6 +466,7 @@ def summarize(results: dict) -> list[dict]:
     and its interval over windows), the shares of the baseline's gap closed, the costs."""
     runs, table = results["runs"], []
     calibration = results.get("calibration", {})
+    memory = results.get("memory", {})
     for engine in ("transformers", "llama.cpp"):
         original = runs.get("original", {}).get(engine)
         if original is None:
@@ -424,15 +488,17 @@ def summarize(results: dict) -> list[dict]:
                      "windows_ppl": by_subset[keys[0]]["perplexity"],
                      "windows_kld": by_subset[keys[0]]["kld"],
                      "seconds": float(np.median([by_subset[k]["quantize"]["seconds"]
-                                                 for k in keys])),
-                     "peak_rss_mib": max(by_subset[k]["quantize"]["peak_rss_mib"]
-                                         for k in keys)}
+                                                 for k in keys]))}
             uses_file = calibrated and scheme != "w4a4"
             if uses_file and calibration:
                 entry["calibration_seconds"] = float(np.median(
                     [c["seconds"] for c in calibration.values()]))
-                entry["peak_rss_mib"] = max(entry["peak_rss_mib"], max(
-                    c["peak_rss_mib"] for c in calibration.values()))
+            # peak memory from the "memory" pass only: the runs' own figures before it came
+            # from wait4's ru_maxrss, which counted the table's process (see ``timed``)
+            peaks = [memory.get(f"{row} {engine}", {}).get("peak_rss_mib")] + (
+                [memory.get("calibrate --full", {}).get("peak_rss_mib")] if uses_file else [])
+            if all(peak is not None for peak in peaks):
+                entry["peak_rss_mib"] = max(peaks)
             if row != BASELINE[scheme] and base_runs:
                 ppl_shares, kld_shares = [], []
                 for k in keys:
@@ -472,7 +538,8 @@ def markdown(results: dict) -> str:
                                             if "calibration_seconds" in e else "")
         lines.append(f"| {e['label']} | {e['scheme'].upper()} | {e['engine']} | "
                      f"{e['subsets'] or '-'} | {ppl} | {kld} | {ppl_share} | {kld_share} | "
-                     f"{cell(e['top1'], 1, True)}% | {seconds} | {e['peak_rss_mib']:,} |")
+                     f"{cell(e['top1'], 1, True)}% | {seconds} | "
+                     f"{format(e['peak_rss_mib'], ',') if 'peak_rss_mib' in e else '-'} |")
     return "\n".join(lines)
 
 
@@ -531,23 +598,26 @@ def main(argv=None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     t = commands.add_parser("texts")
     r = commands.add_parser("run")
+    m = commands.add_parser("memory")
     d = commands.add_parser("render")
-    for p in (t, r, d):
+    for p in (t, r, m, d):
         p.add_argument("--work", required=True)
-    for p in (t, r):
+    for p in (t, r, m):
         p.add_argument("--subsets", type=int, default=5)
         p.add_argument("--per-subset", type=int, default=40)
-    r.add_argument("--model", required=True)
-    r.add_argument("--rows", default=None)
+    for p in (r, m):
+        p.add_argument("--model", required=True)
+        p.add_argument("--rows", default=None)
+        p.add_argument("--seq-len", type=int, default=256)
+        p.add_argument("--llama-cpp", action="store_true")
     r.add_argument("--context", type=int, default=512)
     r.add_argument("--windows", type=int, default=8)
-    r.add_argument("--seq-len", type=int, default=256)
     r.add_argument("--threads", type=int, default=None)
-    r.add_argument("--llama-cpp", action="store_true")
     d.add_argument("--write", default=None)
     d.add_argument("--plot", default=None)
     args = parser.parse_args(argv)
-    result = {"texts": texts, "run": run, "render": render}[args.command](args)
+    result = {"texts": texts, "run": run, "memory": memory,
+              "render": render}[args.command](args)
     print(json.dumps({"command": args.command, **result}, default=str)[:2000],
           file=sys.stderr)
     return 0
