@@ -277,8 +277,7 @@ def jobs(args) -> list[tuple[str, int | None, str]]:
 def run(args) -> dict:
     from hscale.evaluation.loaders import identify, open_runner
     work = Path(args.work)
-    results_path = work / "results.json"
-    results = json.loads(results_path.read_text()) if results_path.is_file() else {}
+    results, save = open_results(work)
     results.setdefault("calibration", {})
     results.setdefault("runs", {})
     results["setup"] = {"model": str(args.model), "context": args.context,
@@ -287,12 +286,6 @@ def run(args) -> dict:
                             (work / "texts.json").read_text())}
     text = (work / "evaluation.txt").read_text(encoding="utf-8")
     (work / "checkpoints").mkdir(exist_ok=True)
-
-    def save():
-        temporary = results_path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(results, indent=1) + "\n")
-        os.replace(temporary, results_path)
-
     source = source_directory(work, args, results, save)
     references = {}
 
@@ -373,23 +366,13 @@ def memory(args) -> dict:
     ``results.json``'s "memory". Memory does not depend on the machine's load, so this may run
     beside anything; the seconds it records are not the table's."""
     work = Path(args.work)
-    results_path = work / "results.json"
-    results = json.loads(results_path.read_text())
+    results, save = open_results(work)
     kept = results.setdefault("memory", {})
-
-    def save():
-        temporary = results_path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(results, indent=1) + "\n")
-        os.replace(temporary, results_path)
-
     source = source_directory(work, args, results, save)
     (work / "checkpoints").mkdir(exist_ok=True)
     if "calibrate --full" not in kept:
         path = work / "checkpoints" / "memory-hessian.safetensors"
-        argv = [sys.executable, "-m", "hscale", "calibrate", str(source), "--full", "--quiet",
-                "--calibration-data", str(work / "calibration-0.jsonl"),
-                "--samples", str(args.per_subset), "--seq-len", str(args.seq_len),
-                "--out", str(path), "--force"]
+        argv = calibrate_argv(work, source, 0, args, path)
         log("memory: hscale calibrate --full")
         kept["calibrate --full"] = dict(timed(argv), argv=argv[2:])
         path.unlink()
@@ -430,15 +413,33 @@ def source_directory(work: Path, args, results: dict, save) -> Path:
     return source
 
 
+def calibrate_argv(work: Path, source: Path, subset: int, args, out: Path) -> list[str]:
+    """``hscale calibrate --full`` of one calibration subset, h and H written to ``out``."""
+    return [sys.executable, "-m", "hscale", "calibrate", str(source), "--full", "--quiet",
+            "--calibration-data", str(work / f"calibration-{subset}.jsonl"),
+            "--samples", str(args.per_subset), "--seq-len", str(args.seq_len),
+            "--out", str(out), "--force"]
+
+
+def open_results(work: Path) -> tuple[dict, object]:
+    """``(results, save)``: ``work``'s results.json (empty if there is none yet) and the
+    function that writes it back (to a temporary name, then renamed)."""
+    path = work / "results.json"
+    results = json.loads(path.read_text()) if path.is_file() else {}
+
+    def save():
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(results, indent=1) + "\n")
+        os.replace(temporary, path)
+    return results, save
+
+
 def hessian(work: Path, source: Path, subset: int, args, results: dict, save) -> Path:
     """h and H of one calibration subset (``hscale calibrate --full``), made once and timed."""
     path = work / f"hessian-{subset}.safetensors"
     if not path.is_file():
         log(f"calibration subset {subset}: hscale calibrate --full")
-        argv = [sys.executable, "-m", "hscale", "calibrate", str(source), "--full", "--quiet",
-                "--calibration-data", str(work / f"calibration-{subset}.jsonl"),
-                "--samples", str(args.per_subset), "--seq-len", str(args.seq_len),
-                "--out", str(path), "--force"]
+        argv = calibrate_argv(work, source, subset, args, path)
         results["calibration"][str(subset)] = dict(timed(argv), argv=argv[2:])
         save()
     return path

@@ -66,14 +66,12 @@ def text_batches(tokenizer, texts: Sequence[str], batch_size: int = MINILM_BATCH
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    texts = list(texts)
-    if not by_length:
-        return _TextBatches(tokenizer, texts, [list(range(i, min(i + batch_size, len(texts))))
-                                               for i in range(0, len(texts), batch_size)],
-                            int(max_length))
-    return _TextBatches(tokenizer, texts,
-                        length_batches(token_counts(tokenizer, texts, int(max_length)),
-                                       int(batch_size)), int(max_length))
+    texts, size, max_length = list(texts), int(batch_size), int(max_length)
+    if by_length:
+        batches = length_batches(token_counts(tokenizer, texts, max_length), size)
+    else:
+        batches = [list(range(i, min(i + size, len(texts)))) for i in range(0, len(texts), size)]
+    return _TextBatches(tokenizer, texts, batches, max_length)
 
 
 def token_counts(tokenizer, texts: Sequence[str], max_length: int) -> List[int]:
@@ -91,7 +89,7 @@ def length_batches(counts: Sequence[int], batch_size: int,
     token count, longest first (a stable sort: equal counts keep their order), then cut into
     consecutive runs at the places that minimise the token slots computed (each batch: its
     texts x its longest) plus ``overhead`` per batch. Dynamic programming over the cut
-    points, exact; of equally cheap cuttings the one with the larger first batches."""
+    points, exact; of equally cheap cuttings the one with the larger last batches."""
     order = sorted(range(len(counts)), key=lambda i: -counts[i])
     longest = [counts[i] for i in order]
     n = len(order)
@@ -111,7 +109,8 @@ def length_batches(counts: Sequence[int], batch_size: int,
 
 class _TextBatches:
     def __init__(self, tokenizer, texts, batches, max_length):
-        self.tokenizer, self.texts, self.batches, self.max_length = tokenizer, texts, batches, max_length
+        self.tokenizer, self.texts, self.batches = tokenizer, texts, batches
+        self.max_length = max_length
 
     def __len__(self) -> int:
         return len(self.batches)
