@@ -344,7 +344,7 @@ class TorchQuantizer(Quantizer):
         """The reference's search (window, objectives, first minimum) on the device: the scales
         of each initial byte's window are one row of a (127, K) table, and ``torch.min``
         returns the first minimal index along the candidates in priority order, so an exact tie
-        keeps the earlier one (HSCALE-ARGMIN-1; tests/test_backends_smoke.py checks torch.min)."""
+        keeps the earlier one (HSCALE-ARGMIN-1; tests/backends/test_backends_smoke.py checks torch.min)."""
         torch = self.torch
         window = context["window"]  # (127, K) uint8, the reference's window table
         K = window.shape[1]

@@ -100,7 +100,7 @@ def eager_objectives(torch, aw_t, scale, h_t, buffers: Buffers, wide: bool = Fal
     ``m*s`` exact in float64 (3 x 28 bits), ``fl(|w|/s) == m`` only when ``|w| == m*s``. A quotient
     that rounds to m is within ``s * ulp(m) / 2`` of ``m*s``; a float ``|w| != m*s`` is at least
     ulp(m*s) from it, which is more (ulp(m*s) / 2 just below a power of two, where the quotient
-    at that distance is itself a float, not m). tests/test_gptq_backends.py counts both facts on
+    at that distance is itself a float, not m). tests/backends/test_gptq_backends.py counts both facts on
     inputs built to break them."""
     x = squared_residuals(torch, aw_t, scale, buffers, wide)
     if h_t is not None:

@@ -26,7 +26,7 @@ Exactness, beyond ``torch_kernels``' own argument (the objectives and the codes)
 * 4over6 takes the byte at 4 only where its unweighted objective is strictly smaller (a tie
   keeps 6, NVFP4-INIT-2): the objectives are never NaN for a non-zero group (HSCALE-OBJ-1).
 * the search: ``torch.min(dim=1).indices`` is the first minimal index (HSCALE-ARGMIN-1;
-  tests/test_backends_smoke.py checks it on both devices it runs on).
+  tests/backends/test_backends_smoke.py checks it on both devices it runs on).
 
 ``TensorRun`` is one call; ``TorchQuantizer.quantize`` (numpy in and out) and
 ``TorchBackend.quantize_on_device`` (tensors in and out) both run it.

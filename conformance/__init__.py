@@ -15,6 +15,6 @@ clause registry); the modules here are the suite's own:
 - ``strategies``: Hypothesis strategies, a weighted mix in the manner of TestFloat;
 - ``zoo``: the calibrated full models, built once per session;
 - ``mutants``: deliberately wrong backends that the suite must reject (its teeth; the kit's own
-  tests run them, tests/test_selftest_mutants.py in the repository);
+  tests run them, tests/judge/test_selftest_mutants.py in the repository);
 - ``test_*``: the tests, each marked with the clauses it checks.
 """

@@ -43,7 +43,7 @@ def tiny(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def checkpoints(tiny, tmp_path_factory) -> dict:
     """format -> the tiny decoder quantized with RTN in that layout."""
-    from checkpoint_edits import quantized
+    from helpers.checkpoint_edits import quantized
     out = tmp_path_factory.mktemp("checkpoints")
     return {fmt: quantized(tiny, out / fmt, format=fmt)
             for fmt in ("compressed-tensors", "modelopt")}
@@ -88,6 +88,6 @@ def zoo():
 def selftest_runs(tmp_path_factory, request):
     """Every subprocess run of the self-tests (mutants, adapters), started together; the
     extended ones only when asked for (``pytest -m extended``)."""
-    from selftest import all_runs
+    from helpers.selftest import all_runs
     return all_runs(tmp_path_factory.mktemp("selftest"),
                     extended="extended" in (request.config.getoption("-m") or ""))

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers.paths import REPO_ROOT
+
 
 #: Each room of the installed package, and its layer: a module may import from its own layer
 #: and below. The rooms of one layer may import each other, but never in a circle.
@@ -49,12 +50,12 @@ NOT_THE_WING = ("hscale.judge",)
 
 def package_files() -> dict[str, Path]:
     """module name -> file, for every module the wheel ships (pyproject's package-dir)."""
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     package_dir = config["tool"]["setuptools"]["package-dir"]
     modules = {}
     for package, folder in package_dir.items():
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            relative = path.relative_to(ROOT / folder).with_suffix("")
+        for path in sorted((REPO_ROOT / folder).rglob("*.py")):
+            relative = path.relative_to(REPO_ROOT / folder).with_suffix("")
             parts = relative.parts
             inner = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             modules.setdefault(f"{package}.{inner}" if inner else package, path)
@@ -194,8 +195,49 @@ def test_no_long_file_in_the_application_wing(graph):
 
 
 def test_the_package_top_level_holds_only_its_face_and_rooms():
-    top = ROOT / "hscale"
+    top = REPO_ROOT / "hscale"
     files = sorted(p.name for p in top.iterdir() if p.is_file())
     assert files == ["__init__.py", "__main__.py"]
     for folder in (p for p in top.iterdir() if p.is_dir() and p.name != "__pycache__"):
         assert (folder / "__init__.py").is_file(), f"hscale/{folder.name} is not a package"
+
+
+# ------------------------------------------------------------------------------------------
+# The tests' own house: tests/<room>/test_*.py, helpers in tests/helpers
+# ------------------------------------------------------------------------------------------
+
+#: The rooms of tests/, one per room of the kit (docs/architecture.md, "The tests").
+TEST_ROOMS = {"reference", "backends", "judge", "vectors", "checkpoints", "quantize",
+              "calibration", "evaluation", "cli", "interop", "tools"}
+TESTS = REPO_ROOT / "tests"
+
+
+def _test_modules():
+    return sorted(TESTS.rglob("test_*.py"))
+
+
+def test_every_test_module_lives_in_a_room():
+    misplaced = [str(p.relative_to(TESTS)) for p in _test_modules()
+                 if p.parent == TESTS and p.name != "test_architecture.py"
+                 or p.parent != TESTS and p.relative_to(TESTS).parts[0] not in TEST_ROOMS]
+    assert misplaced == [], f"test modules outside the rooms {sorted(TEST_ROOMS)}: {misplaced}"
+    assert {p.name for p in TESTS.iterdir() if p.is_dir() and p.name != "__pycache__"} \
+        == TEST_ROOMS | {"helpers"}
+
+
+def test_no_test_module_imports_another():
+    """Shared test code lives in tests/helpers; a test module importing another would run the
+    other's module-level code and tie two rooms together."""
+    names = {p.stem for p in _test_modules()}
+    offending = []
+    for path in _test_modules() + sorted((TESTS / "helpers").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                imported = [node.module or ""]
+            else:
+                continue
+            offending += [f"{path.relative_to(TESTS)} imports {m}" for m in imported
+                          if m.split(".")[0] in names or m.split(".")[0].startswith("test_")]
+    assert offending == []

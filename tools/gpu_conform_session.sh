@@ -16,7 +16,7 @@ for b in torch-cuda cupy; do
   (timeout 300 python3 -m hscale conform --backend $b --certificate "$OUT/conformance-$b.json" \
      > "$OUT/conform-$b.log" 2>&1; echo "exit $? after $(( $(date +%s) - t0 )) s" >> "$OUT/conform-$b.log") &
 done
-(timeout 200 python3 -m pytest tests/test_gptq_backends.py tests/test_backends_smoke.py -q -p no:cacheprovider -rs \
+(timeout 200 python3 -m pytest tests/backends/test_gptq_backends.py tests/backends/test_backends_smoke.py -q -p no:cacheprovider -rs \
    > "$OUT/gptq_smoke.log" 2>&1; echo "exit $? after $(( $(date +%s) - t0 )) s" >> "$OUT/gptq_smoke.log") &
 python3 -m pytest conformance/test_hypothesis.py --backend cupy --backend torch-cuda --collect-only -q \
    -p no:cacheprovider 2>/dev/null | grep '::' > /tmp/thorough.ids

@@ -17,7 +17,7 @@ for b in torch-cuda cupy; do
   (timeout 210 python3 -m hscale conform --backend $b --certificate "$R/conform/conformance-$b.json" \
      > "$R/conform/conform-$b.log" 2>&1; echo "exit $? after $(( $(date +%s) - t0 )) s" >> "$R/conform/conform-$b.log") &
 done
-(timeout 190 python3 -m pytest tests/test_gptq_backends.py tests/test_backends_smoke.py tests/test_backends_tensor.py -q -p no:cacheprovider -rs \
+(timeout 190 python3 -m pytest tests/backends/test_gptq_backends.py tests/backends/test_backends_smoke.py tests/backends/test_backends_tensor.py -q -p no:cacheprovider -rs \
    > $R/conform/backend_tests.log 2>&1; echo "exit $? after $(( $(date +%s) - t0 )) s" >> $R/conform/backend_tests.log) &
 wait
 echo "total $(( $(date +%s) - t0 )) s" >> $R/machine.log

@@ -70,7 +70,7 @@ echo "exit $? after $(since)" >> "$OUT/ondevice.log"
 (timeout 120 python3 -m hscale conform --backend torch-cuda \
    --certificate "$OUT/conformance-torch-cuda.json" > "$OUT/conform-torch-cuda.log" 2>&1
  echo "exit $? after $(since)" >> "$OUT/conform-torch-cuda.log") &
-(timeout 120 python3 -m pytest tests/test_backends_smoke.py tests/test_backends_tensor.py -q -p no:cacheprovider -rs \
+(timeout 120 python3 -m pytest tests/backends/test_backends_smoke.py tests/backends/test_backends_tensor.py -q -p no:cacheprovider -rs \
    > "$OUT/smoke.log" 2>&1; echo "exit $? after $(since)" >> "$OUT/smoke.log") &
 (timeout 100 python3 tools/gpu_ondevice_bench.py --sizes 8192 --methods hscale --check-rows 16 \
    --repeat 3 --compiled-size 8192 > "$OUT/compiled.log" 2>&1

@@ -10,7 +10,7 @@
 # Assembled here (the GPU machine has no network; 64 MiB travel in all), in a folder D:
 #   git archive HEAD | tar -x -C T && (cd T && tar -cJf D/tree.tar.xz hscale reference backends \
 #     conformance vectors/*.py vectors/data pyproject.toml tools/modelopt_fidelity.py tests/conftest.py \
-#     tests/test_modelopt_calibrators.py) && cp tools/modelopt_gpu_session.sh D/session.sh
+#     tests/interop/test_modelopt_calibrators.py) && cp tools/modelopt_gpu_session.sh D/session.sh
 #   python tools/modelopt_fidelity.py pack-minilm D/minilm.zip                      # 40 MB
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 ... -d D/whl \
 #     nvidia-modelopt==0.47.0 pydantic pydantic-core annotated-types typing-inspection \
@@ -43,7 +43,7 @@ for part in ${PARTS:-minilm minilm-spread Llama Qwen3 Qwen3-MoE}; do
 done
 # the adapter's own tests, which skip without CUDA and Triton
 # (run from $W: from the tree's own folder, tree/hscale would shadow the kit's links)
-(cd "$W" && timeout "${PART_TIMEOUT:-230}" python3 -m pytest tree/tests/test_modelopt_calibrators.py \
+(cd "$W" && timeout "${PART_TIMEOUT:-230}" python3 -m pytest tree/tests/interop/test_modelopt_calibrators.py \
    -q -p no:cacheprovider -rs > "$P/calibrator-tests.log" 2>&1
  echo "exit $? after $(( $(date +%s) - t0 )) s" >> "$P/calibrator-tests.log") &
 wait

@@ -2,7 +2,7 @@
 quantizes the model through ``hscale quantize`` as a user runs it, and ``hscale eval``'s own
 functions measure each checkpoint's perplexity and KL divergence from the original, over
 several disjoint calibration subsets. A maintainer script, not shipped; its figures are
-recorded in docs/results.md with the command (``tests/test_real_decoder_table.py``, opt-in
+recorded in docs/results.md with the command (``tests/tools/test_real_decoder_table.py``, opt-in
 marker ``table``, runs a small version of it).
 
     python tools/real_decoder_table.py texts  --work DIR [--subsets 5] [--per-subset 40]

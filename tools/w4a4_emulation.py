@@ -12,7 +12,7 @@ the scheme), once ``--scheme w4a16`` and once ``--scheme w4a4``, and compares th
   the engines' run-time activation profile (NVFP4-ACT-1 .. -4, ``hscale.reference.activations``)
   with the activation scale the checkpoint stores (``input_global_scale`` / ``input_scale``).
 
-Models: the seeded tiny Llama of the tests (``tests/llm_families.py``; logits on seeded random
+Models: the seeded tiny Llama of the tests (``tests/helpers/llm_families.py``; logits on seeded random
 tokens: cosine to fp32, relative Frobenius error, top-1 agreement) and the bundled MiniLM
 (sentence embeddings of the held-out texts: mean and min cosine to fp32). Everything is seeded:
 the figures repeat exactly on the same library versions.

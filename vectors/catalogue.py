@@ -8,7 +8,7 @@ E4M3 value and the arithmetic can be followed by hand; a group whose largest mag
 
 Cases that need a construction (exact objective ties, evaluation-order traps, 4over6 ties) use
 groups found by a search once and frozen here as hex, so the catalogue never depends on a
-search; ``tests/test_vectors.py`` re-checks each such property against the reference.
+search; ``tests/vectors/test_vectors.py`` re-checks each such property against the reference.
 """
 
 from __future__ import annotations
@@ -332,7 +332,7 @@ def _global_scale(seed):
 
 #: Tensor maxima (fp32 bits) for the two NVFP4-GS-4 cases: s_g = fp32(amax / 2688) of the
 #: first reads back from its stored reciprocal; the second's does not (the first fp32 above 1.0
-#: for which it does not, found once by stepping up from 1.0; tests/test_vectors.py re-checks).
+#: for which it does not, found once by stepping up from 1.0; tests/vectors/test_vectors.py re-checks).
 GS4_READS_BACK_AMAX = "3f400000"  # 0.75
 GS4_ONE_ULP_OFF_AMAX = "3f800008"  # 1.00000095
 
@@ -836,44 +836,44 @@ NO_VECTOR_CASE = {
     clause: ("a checkpoint's file layout (tensor names and dtypes, config keys), not a "
              "quantizer's inputs and outputs: every number a checkpoint holds (packed codes, "
              "scale bytes, s_g and its reciprocal r) is in the vectors; the layouts are tested "
-             "by tests/test_quantize_model.py and tests/test_check.py (`hscale check`)")
+             "by tests/quantize/test_quantize_model.py and tests/checkpoints/test_check.py (`hscale check`)")
     for clause in ("NVFP4-CKPT-1", "NVFP4-CKPT-2")}
 NO_VECTOR_CASE["NVFP4-ACT-4"] = (
     "the decoded activation follows from the scale bytes and codes the act_* sets hold "
-    "(NVFP4-DEQ-1's rule); tested by tests/test_activation_quantization.py")
+    "(NVFP4-DEQ-1's rule); tested by tests/reference/test_activation_quantization.py")
 NO_VECTOR_CASE["NVFP4-ACT-9"] = (
     "a group holding a NaN or an infinity has no specified result, so no expected output to "
     "store; the suite feeds such groups and judges the others (conformance/test_activations.py)")
 NO_VECTOR_CASE["NVFP4-GGUF-1"] = (
     "a file layout (llama.cpp's 64-weight blocks and .scale tensor), not a quantizer's inputs "
-    "and outputs; tested against gguf's own dequantizer by tests/test_gguf.py")
+    "and outputs; tested against gguf's own dequantizer by tests/checkpoints/test_gguf.py")
 NO_VECTOR_CASE["NVFP4-CKPT-3"] = (
     "which Linears of a model share one s_g is a model-level rule of the checkpoint writer; "
     "for one tensor a shared s_g is a supplied global scale (NVFP4-GS-3, covered); tested by "
-    "tests/test_quantize_model.py")
+    "tests/quantize/test_quantize_model.py")
 NO_VECTOR_CASE["NVFP4-CKPT-4"] = (
     "a W4A4 checkpoint's file layout (the input scale's tensor name, dtype and convention, the "
-    "config keys), not a quantizer's inputs and outputs; tested by tests/test_w4a4.py against "
+    "config keys), not a quantizer's inputs and outputs; tested by tests/quantize/test_w4a4.py against "
     "the installed compressed-tensors and ModelOpt and by `hscale check`")
 NO_VECTOR_CASE["HSCALE-CAL-2"] = (
     "a calibration statistic of a model (each Linear's input amax over the calibration tokens) "
-    "and the fp32 chain from it to the activation scale: tested by tests/test_w4a4.py against "
+    "and the fp32 chain from it to the activation scale: tested by tests/quantize/test_w4a4.py against "
     "independent hooks and a Fraction evaluation of the chain on all 2^23 significands")
 NO_VECTOR_CASE["HSCALE-CAL-3"] = (
     "h read from a model's importance-matrix file (llama.cpp's in_sum2 and counts), not a "
     "quantizer's inputs and outputs: the h it gives is an h like any other, which the vectors "
-    "feed; tested by tests/test_imatrix.py against a file written by llama.cpp's llama-imatrix")
+    "feed; tested by tests/calibration/test_imatrix.py against a file written by llama.cpp's llama-imatrix")
 NO_VECTOR_CASE["NVFP4-CKPT-5"] = (
     "a file container (the safetensors header, its offsets and the shard index), not a "
-    "quantizer's inputs and outputs; tested by tests/test_checkpoint_validation.py and the "
-    "checkpoint fuzzer (tests/test_checkpoint_fuzz.py) through `hscale check`")
+    "quantizer's inputs and outputs; tested by tests/checkpoints/test_checkpoint_validation.py and the "
+    "checkpoint fuzzer (tests/checkpoints/test_checkpoint_fuzz.py) through `hscale check`")
 NO_VECTOR_CASE["NVFP4-CKPT-6"] = (
     "a checkpoint against its own config (the architecture's Linears, shapes and counts), not a "
-    "quantizer's inputs and outputs; tested by tests/test_checkpoint_validation.py and the "
+    "quantizer's inputs and outputs; tested by tests/checkpoints/test_checkpoint_validation.py and the "
     "checkpoint fuzzer through `hscale check`")
 NO_VECTOR_CASE["NVFP4-GGUF-2"] = (
     "a file container (the GGUF header, its strings, types and offsets), not a quantizer's "
-    "inputs and outputs; tested by tests/test_checkpoint_validation.py and the checkpoint "
+    "inputs and outputs; tested by tests/checkpoints/test_checkpoint_validation.py and the checkpoint "
     "fuzzer through `hscale check`")
 
 

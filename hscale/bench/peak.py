@@ -10,7 +10,7 @@ Why not ``ru_maxrss`` from ``os.wait4``: Linux carries a forked child's high-wat
 ``exec``, and a forked child starts with its parent's resident pages, so ``ru_maxrss`` reports
 at least the parent's resident size at the fork. A benchmark whose parent holds a model (the
 real-decoder table keeps the original's logits and runner) then reports the parent's size for
-every command it runs (tests/test_bench_peak.py shows both).
+every command it runs (tests/tools/test_bench_peak.py shows both).
 """
 
 from __future__ import annotations

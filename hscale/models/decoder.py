@@ -25,8 +25,8 @@ Which models: a ``*ForCausalLM`` whose base model has ``embed_tokens``, a ``laye
 ``rotary_emb`` and ``norm`` (Llama, Qwen2, Qwen3, Mistral, Qwen3-MoE, Mixtral, Gemma 1-3,
 Granite and the many families built the same way); ``decoder_blocks`` says which. Checked bit
 for bit against ``from_pretrained(dtype=...)`` (float32 and bfloat16) with
-``output_hidden_states`` for the six families in tests/test_sequential.py, and the families
-with a scaled embedding in tests/test_front_end.py.
+``output_hidden_states`` for the six families in tests/calibration/test_sequential.py, and the families
+with a scaled embedding in tests/calibration/test_front_end.py.
 
 The checkpoint is read through ``source``, any object with ``info`` (name -> .shape) and
 ``tensor(name, dtype, start=None, stop=None)`` (``hscale.checkpoints.SafetensorsModel``).

@@ -1,5 +1,5 @@
 """The paper's analyses, as tools: the full-ladder search, the Best Scale oracle, the shift
-statistics, the (U, K) window sweep and the paper's microcase (tests/test_fidelity.py checks
+statistics, the (U, K) window sweep and the paper's microcase (tests/evaluation/test_fidelity.py checks
 each on small cases).
 
 For a Linear with calibration inputs X (rows: tokens) the output error of a quantized weight

@@ -23,7 +23,7 @@ Benches:
   cocotb  tb/cocotb_vectors.py: one cocotb simulation per simulator streams every set through
           hscale_nvfp4_top and writes observed files with case ids.
 
-This file is also the machinery tests/test_rtl.py imports (by file path): run_bench(),
+This file is also the machinery tests/vectors/test_rtl.py imports (by file path): run_bench(),
 discover_sets(), simulators(), BUGS.
 """
 from __future__ import annotations
