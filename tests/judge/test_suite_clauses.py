@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import pytest
 
@@ -15,11 +14,11 @@ from hscale.judge.clauses import (CLAUSE_RE, SUITE_PREFIX, clause_ids, registry,
                                         spec_text)
 from hscale.judge.profiles import ALLOWANCES
 from hscale.vectors.catalogue import level0_cases
+from helpers.paths import REPO_ROOT, TESTS
 from helpers.selftest import collected_clause_markers
 
-HERE = Path(__file__).parent
-TEST_DIRS = (HERE.parent / "conformance", HERE)
-
+#: Where tests live: the installed suite, and every room of tests/.
+TEST_DIRS = (REPO_ROOT / "conformance", TESTS)
 
 
 def _literal_strings(node, constants) -> list[str]:
@@ -34,7 +33,7 @@ def clause_markers_in_source() -> dict[str, set[str]]:
     """{test file: clause IDs its ``pytest.mark.clause(...)`` markers name}, read statically from
     conformance/ and tests/, so the answer does not depend on which tests this session selected."""
     found: dict[str, set[str]] = {}
-    for path in sorted(p for d in TEST_DIRS for p in d.glob("test_*.py")):
+    for path in sorted(p for d in TEST_DIRS for p in d.rglob("test_*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         constants = {}
         for node in tree.body:  # module-level tuples of clause IDs, used as *CLAUSES
@@ -50,7 +49,7 @@ def clause_markers_in_source() -> dict[str, set[str]]:
                     and node.func.attr == "clause"):
                 for arg in node.args:
                     ids.update(_literal_strings(arg, constants))
-        found[f"{path.parent.name}/{path.name}"] = ids
+        found[str(path.relative_to(REPO_ROOT))] = ids
     return found
 
 
