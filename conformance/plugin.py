@@ -44,6 +44,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 from hscale.conformance import certificate as cert
+from hscale.conformance import parallel
 from hscale.conformance.checker import Tally
 from hscale.judge.activations import judged_under
 from hscale.judge.clauses import clause_ids, is_known
@@ -341,7 +342,7 @@ def pytest_pyfunc_call(pyfuncitem):
 
 def pytest_runtest_logreport(report):
     st = _CURRENT.get("state")
-    if st is None or report.nodeid not in st.items:
+    if st is None or report.nodeid not in st.items or _CURRENT.get("controller"):
         return
     previous = st.outcomes.get(report.nodeid)
     if report.failed:
@@ -397,6 +398,7 @@ def pytest_sessionstart(session):
     st = _state(session.config)
     if st is not None:
         _CURRENT["state"] = st
+        _CURRENT["controller"] = parallel.is_controller(session.config)
         _CURRENT["reporter"] = session.config.pluginmanager.get_plugin("terminalreporter")
 
 
@@ -435,10 +437,25 @@ def build_report(st: SuiteState, entry: BackendEntry) -> dict:
         command=st.command, duration_s=time.time() - st.started)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """An xdist worker finished: its share of the run joins the controller's record."""
+    st = _state(node.config)
+    record = getattr(node, "workeroutput", {}).get(parallel.WORKER_RECORD)
+    if st is not None and record is not None:
+        parallel.merge_record(record, st.items, st.outcomes,
+                              {ident: entry.tally for ident, entry in st.backends.items()})
+
+
 def pytest_sessionfinish(session, exitstatus):
     st = _CURRENT.pop("state", None)
     _CURRENT.pop("reporter", None)
+    _CURRENT.pop("controller", None)
     if st is None or not st.items or session.config.option.collectonly:
+        return
+    if parallel.is_worker(session.config):  # the controller writes the certificates
+        session.config.workeroutput[parallel.WORKER_RECORD] = parallel.worker_record(
+            st.items, st.outcomes, {ident: entry.tally for ident, entry in st.backends.items()})
         return
     from hscale.files import write_json
     for ident, path in _report_paths(session.config, st).items():

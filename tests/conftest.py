@@ -12,22 +12,82 @@ from pathlib import Path
 
 import pytest
 
-#: Markers whose tests run only when asked for by name (``pytest -m table``): hours of work
-#: that CI and the README's test command leave out, saying so.
+#: The tiers beyond the default one: a test carrying one of these markers runs only when its
+#: marker is asked for by name (``pytest -m extended``); the README's test command, which CI
+#: runs, leaves it out and says so in one line per tier. Their times: docs/performance.md, "Test
+#: suite and CI".
 OPT_IN_MARKERS = {
+    "extended": "the deeper runs: more self-test kernels, slips and library runs, full models "
+                "in every dtype, every simulator",
+    "fuzz": "the checkpoint fuzzer's marker run, 1,000 mutated checkpoints",
     "table": "the real-decoder table of docs/results.md (hours on 2 cores)",
-    "extended": "an extended self-test or library run, left out of the README's test command to "
-                "keep CI within its time (docs/performance.md, 'Test suite and CI')",
 }
+#: How many tests of each opt-in tier a session left out, for its summary line; under xdist
+#: they travel from a worker (``workeroutput``) to the controller, which collects nothing.
+LEFT_OUT = pytest.StashKey[dict]()
+LEFT_OUT_KEY = "hscale_tests_left_out"
+
+
+def opt_in_tier(item) -> str | None:
+    """The opt-in tier ``item`` belongs to, or None for the default tier."""
+    return next((marker for marker in OPT_IN_MARKERS if marker in item.keywords), None)
+
+
+def asked_for(config, marker: str) -> bool:
+    """Whether the session's ``-m`` expression names ``marker``."""
+    return marker in (config.getoption("-m") or "")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--clause-map", metavar="PATH", default=None,
+                     help="write every collected test's clause IDs and tier to PATH (JSON; "
+                          "tools/clause_map.py reads it)")
 
 
 def pytest_collection_modifyitems(config, items):
-    asked = config.getoption("-m") or ""
+    left_out: dict[str, int] = {}
+    kept = []
     for item in items:
-        for marker, what in OPT_IN_MARKERS.items():
-            if marker in item.keywords and marker not in asked:
-                item.add_marker(pytest.mark.skip(reason=f"{what}: opt in with pytest -m "
-                                                        f"{marker}"))
+        tier = opt_in_tier(item)
+        if tier is not None and not asked_for(config, tier):
+            left_out[tier] = left_out.get(tier, 0) + 1
+        else:
+            kept.append(item)
+    path = config.getoption("--clause-map")
+    if path:
+        write_clause_map(path, items, kept)
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in set(kept)])
+        items[:] = kept
+    config.stash[LEFT_OUT] = left_out
+    if hasattr(config, "workeroutput"):
+        config.workeroutput[LEFT_OUT_KEY] = left_out
+
+
+def write_clause_map(path: str, items, kept) -> None:
+    """{node id: {"clauses": [...], "tier": "default" or the opt-in marker, "selected": bool}}."""
+    chosen = set(kept)
+    entries = {item.nodeid: {"clauses": sorted({c for m in item.iter_markers("clause")
+                                                for c in m.args}),
+                             "tier": opt_in_tier(item) or "default",
+                             "selected": item in chosen}
+               for item in items}
+    Path(path).write_text(json.dumps(entries, indent=0, sort_keys=True), encoding="utf-8")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """An xdist worker's count of the tests it left out (every worker collects the same)."""
+    sent = getattr(node, "workeroutput", {}).get(LEFT_OUT_KEY)
+    if sent is not None:
+        node.config.stash[LEFT_OUT] = sent
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    for marker, count in config.stash.get(LEFT_OUT, {}).items():
+        terminalreporter.write_line(
+            f"left out: {count} tests of the opt-in tier '{marker}' ({OPT_IN_MARKERS[marker]}): "
+            f"pytest -m {marker}")
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.paths import REPO_ROOT, TESTS
+from helpers.paths import REPO_ROOT, TEST_ROOMS, TESTS
 
 
 #: Each room of the installed package, and its layer: a module may import from its own layer
@@ -205,12 +205,6 @@ def test_the_package_top_level_holds_only_its_face_and_rooms():
 # ------------------------------------------------------------------------------------------
 # The tests' own house: tests/<room>/test_*.py, helpers in tests/helpers
 # ------------------------------------------------------------------------------------------
-
-#: The rooms of tests/, one per room of the kit (docs/architecture.md, "The tests").
-TEST_ROOMS = {"reference", "backends", "judge", "vectors", "checkpoints", "quantize",
-              "calibration", "evaluation", "cli", "interop", "tools"}
-
-
 
 def _test_modules():
     return sorted(TESTS.rglob("test_*.py"))

@@ -13,3 +13,6 @@ TESTS = REPO_ROOT / "tests"
 HELPERS = TESTS / "helpers"
 DOCS = REPO_ROOT / "docs"
 TOOLS = REPO_ROOT / "tools"
+#: The rooms of tests/, one per room of the kit (docs/architecture.md, "The tests").
+TEST_ROOMS = frozenset({"reference", "backends", "judge", "vectors", "checkpoints", "quantize",
+                        "calibration", "evaluation", "cli", "interop", "tools"})
