@@ -16,8 +16,6 @@ from .constants import LADDER_FIRST_BYTE, LADDER_LAST_BYTE
 EXPONENT_BIAS = 7
 MANTISSA_BITS = 3
 SMALLEST_NORMAL = 2.0 ** -6  # 0x08
-SMALLEST_SUBNORMAL = 2.0 ** -9  # 0x01
-NAN_BYTES = (0x7F, 0xFF)
 
 # NVFP4-E4M3-3: the ladder is the 126 positive finite values, bytes LADDER_FIRST_BYTE (0x01)
 # .. LADDER_LAST_BYTE (0x7E). The byte is its own ladder index, so a walk on the ladder is
