@@ -339,6 +339,11 @@ def pytest_pyfunc_call(pyfuncitem):
     return result
 
 
+#: The running session's suite state and terminal reporter (set at session start), for the
+#: per-test hooks below.
+_CURRENT: dict = {}
+
+
 def pytest_runtest_logreport(report):
     st = _CURRENT.get("state")
     if st is None or report.nodeid not in st.items:
@@ -355,8 +360,6 @@ def pytest_runtest_logreport(report):
     elif report.passed and report.when == "call" and previous is None:
         st.outcomes[report.nodeid] = ("passed", "")
 
-
-_CURRENT: dict = {}
 
 #: Seconds between the progress lines of a long run (done, total, an estimate of what is left).
 PROGRESS_EVERY_S = 30.0
