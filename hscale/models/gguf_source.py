@@ -160,6 +160,22 @@ def load_gguf_model(path, dtype: str = "float32") -> GGUFModel:
         return _load(header, dtype, torch, transformers)
 
 
+def load_gguf_tokenizer(path):
+    """The tokenizer transformers builds from a GGUF model file's vocabulary, without the model
+    (the header checked first, as ``read_gguf_header`` does)."""
+    import transformers
+    with shared_gguf_reader():
+        header = read_gguf_header(path)
+        try:
+            with quiet_transformers():
+                return transformers.AutoTokenizer.from_pretrained(
+                    header.path.absolute().parent, gguf_file=header.path.name)
+        except (ValueError, NotImplementedError, KeyError, OSError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise GGUFSourceError(f"{header.path}: transformers {transformers.__version__} "
+                                  f"builds no tokenizer from it ({first})") from None
+
+
 def _load(header: GGUFHeader, dtype: str, torch, transformers) -> GGUFModel:
     path = header.path
     try:
