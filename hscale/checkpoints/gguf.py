@@ -34,27 +34,10 @@ from .inputs import ConfigDoesNotBuild, open_regular
 from .layout_base import CheckpointFormat, Layout
 from .safetensors import CheckpointError, TensorInfo
 
-#: The four bytes a GGUF file starts with.
-MAGIC = b"GGUF"
-#: ggml's type number of NVFP4 (ggml.h ``GGML_TYPE_NVFP4``).
-NVFP4_TYPE = 40
-#: Where the writer records each tensor's Hugging Face module (two parallel string arrays).
-SOURCE_MODULES_KEY = "hscale.source.modules"
-SOURCE_TENSORS_KEY = "hscale.source.tensors"
-#: The keys that tell llama.cpp's CUDA backend to keep these weights' activations at 8 bits or
-#: more (llama-model.cpp reads them; without them Blackwell runs NVFP4 matmuls W4A4).
-PREC_NAMES_KEY = "general.tensor_extra.name"
-PREC_A4_KEY = "general.tensor_extra.prec_a4"
-
-#: llama.cpp architectures (its ``general.architecture``) whose graphs multiply every NVFP4
-#: matmul's output by the tensor's ``.scale`` (attention q/k/v/o, the FFN, the output head), as
-#: read in the llama.cpp that llama-cpp-python 0.3.36 vendors (src/models/llama.cpp:143, 170,
-#: 189-194, 240; src/models/qwen3.cpp:111, 128-130, 153). Other graphs, qwen2 and bert among
-#: them, load ``.scale`` but never apply it to the FFN, whose output is then 1/s_g too large.
-SCALE_APPLYING_ARCHITECTURES = ("llama", "qwen3")
-#: Architectures whose query and key rows are permuted into ggml's rope order
-#: (conversion/llama.py ``LlamaModel.permute``); for the others the row order is Hugging Face's.
-PERMUTED_ARCHITECTURES = ("llama",)
+from .gguf_facts import (MAGIC, NVFP4_TYPE, PERMUTED_ARCHITECTURES, PREC_A4_KEY,  # noqa: F401
+                         PREC_NAMES_KEY, SCALE_APPLYING_ARCHITECTURES, SOURCE_MODULES_KEY,
+                         SOURCE_TENSORS_KEY, KINDS, head_count_key,
+                         hugging_face_names)
 
 
 def require_gguf():
@@ -100,10 +83,10 @@ def permuted_heads_key(architecture: str, gguf_name: str, fields: dict) -> str |
     if architecture not in PERMUTED_ARCHITECTURES:
         return None
     if gguf_name.endswith(".attn_q.weight"):
-        return f"{architecture}.attention.head_count"
+        return head_count_key(architecture)
     if gguf_name.endswith(".attn_k.weight"):
-        key = f"{architecture}.attention.head_count_kv"
-        return key if key in fields else f"{architecture}.attention.head_count"
+        key = head_count_key(architecture, kv=True)
+        return key if key in fields else head_count_key(architecture)
     return None
 
 
@@ -145,7 +128,12 @@ class GGUFLayout(Layout):
                 "multiply every NVFP4 matmul by the tensor's .scale (only "
                 f"{', '.join(SCALE_APPLYING_ARCHITECTURES)} are known to), so weights come out "
                 "1/s_g too large")
-        tagged = set(model.fields.get(PREC_NAMES_KEY) or [])
+        tagged = model.fields.get(PREC_NAMES_KEY) or []
+        if not KINDS["an array of strings"](tagged):
+            problems.append(f"metadata {PREC_NAMES_KEY} is {type(tagged).__name__}, not an "
+                            "array of tensor names: llama.cpp reads no precision tag from it")
+            tagged = []
+        tagged = set(tagged)
         untagged = [n for n in model.nvfp4_tensors if n not in tagged]
         if untagged:
             notes.append(f"{len(untagged)} NVFP4 tensors (first {untagged[0]}) are not tagged "
@@ -231,6 +219,10 @@ class GGUFCheckpoint:
         key = permuted_heads_key(architecture, name, self.fields)
         if key is None:
             return None
+        if key not in self.fields:
+            raise CheckpointError(f"{self.directory}: metadata {key} is missing: {name!r}'s rows "
+                                  f"are in ggml's rope order ({architecture}) and the head count "
+                                  "that undoes it is not said (spec NVFP4-GGUF-1)")
         heads = self.fields[key]
         rows = shape[0] if shape else 0
         if isinstance(heads, bool) or not isinstance(heads, int) or heads <= 0 \
@@ -339,19 +331,8 @@ def _hf_names(gguf, fields: dict, reader, path) -> dict:
                                   "Face name belongs to which tensor is lost (spec NVFP4-GGUF-2)")
         return dict(zip(tensors, modules))
     architecture = fields.get("general.architecture")
-    arch = next((a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == architecture), None)
-    if arch is None:
+    if not isinstance(architecture, str):
         return {}
     blocks = fields.get(f"{architecture}.block_count", 0)
     blocks = blocks if isinstance(blocks, int) and 0 <= blocks < 1 << 16 else 0
-    name_map = gguf.get_tensor_name_map(arch, blocks)
-    reverse: dict = {}
-    for hf, (_, gguf_name) in name_map.mapping.items():
-        if hf.startswith(("model.", "lm_head")):
-            reverse.setdefault(gguf_name, hf)
-    out = {}
-    for tensor in reader.tensors:
-        base, dot, suffix = tensor.name.rpartition(".")
-        if base in reverse:
-            out[tensor.name] = f"{reverse[base]}{dot}{suffix}"
-    return out
+    return hugging_face_names(architecture, blocks, [t.name for t in reader.tensors])
