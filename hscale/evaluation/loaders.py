@@ -2,7 +2,7 @@
 
 | the path | route (``--loader auto``) |
 |---|---|
-| a GGUF file | llama.cpp (llama-cpp-python), the engine GGUF is made for; with ``--engine transformers`` transformers' own GGUF reading, dequantized to float32 (``hscale.models.gguf_source``; not an NVFP4 file, whose ``.scale`` it would not apply) |
+| a GGUF file | llama.cpp (llama-cpp-python), the engine GGUF is made for; with ``--engine transformers`` transformers' own GGUF reading, dequantized to float32 (``hscale.checkpoints.gguf_source``; not an NVFP4 file, whose ``.scale`` it would not apply) |
 | a Hugging Face model directory | transformers, float32 |
 | a compressed-tensors NVFP4 checkpoint (dense) | transformers + compressed-tensors, decompressed on load (``CompressedTensorsConfig(dequantize=True)``), then cast to float32: its weights are the spec's rounded to bfloat16 (docs/checkpoints.md) |
 | a compressed-tensors MoE checkpoint, any ModelOpt checkpoint, or ``--loader kit`` | the kit's decoding (NVFP4-DEQ-1, float32) handed to transformers as an unquantized state dict (``hscale.evaluation.decoded``): transformers drops each expert's global scale (#48371) and cannot run ModelOpt NVFP4 on a CPU |
@@ -95,13 +95,13 @@ def _check_gguf_model(path: Path, option: str) -> None:
 
 def gguf_engine(model: ModelPath, engine: str) -> str:
     """The engine a GGUF file runs in: llama.cpp unless ``--engine transformers``, whose GGUF
-    reading must be able to read it (``hscale.models.gguf_source``: not an NVFP4 file, whose
+    reading must be able to read it (``hscale.checkpoints.gguf_source``: not an NVFP4 file, whose
     ``.scale`` it would not apply; an architecture it knows), said before any work."""
     if engine not in ENGINES:
         raise ValueError(f"--engine {engine!r}: one of {', '.join(ENGINES)}")
     if engine != "transformers":
         return "llama.cpp"
-    from hscale.models.gguf_source import read_gguf_header
+    from hscale.checkpoints.gguf_source import read_gguf_header
     read_gguf_header(model.path)
     return "transformers"
 
@@ -133,7 +133,7 @@ def open_tokenizer(model: ModelPath, engine: str, text: str) -> TextTokenizer:
             vocabulary.close()
     require("transformers")
     if model.kind == "gguf":
-        from hscale.models.gguf_source import load_gguf_tokenizer
+        from hscale.checkpoints.gguf_source import load_gguf_tokenizer
         tokenizer, max_context = load_gguf_tokenizer(model.path), None
     else:
         tokenizer, max_context = _tokenizer(model.path), _trained_positions(model.path)
@@ -262,8 +262,8 @@ def _library_bars_off():
 
 def _transformers_gguf(model: ModelPath, tokenizer=None):
     """A GGUF file through transformers' own GGUF reading, dequantized to float32 (the kit's
-    one GGUF route, ``hscale.models.gguf_source``)."""
-    from hscale.models.gguf_source import load_gguf_model
+    one GGUF route, ``hscale.checkpoints.gguf_source``)."""
+    from hscale.checkpoints.gguf_source import load_gguf_model
     loaded = load_gguf_model(model.path, "float32")
     types = ", ".join(f"{n} {k}" for k, n in sorted(loaded.header.tensor_types.items()))
     return TransformersRunner(loaded.model, tokenizer or loaded.tokenizer,

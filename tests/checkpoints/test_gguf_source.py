@@ -1,4 +1,4 @@
-"""A GGUF model file as a transformers model (``hscale.models.gguf_source.load_gguf_model``), the
+"""A GGUF model file as a transformers model (``hscale.checkpoints.gguf_source.load_gguf_model``), the
 one route by which the kit reads GGUF models: every weight must be the file's tensor as the
 ``gguf`` package's own dequantizer decodes it (llama's query and key rows put back from ggml's
 rope order by a loop over heads written here), and every file that is not a usable model is
@@ -19,7 +19,7 @@ pytest.importorskip("accelerate", reason="transformers' GGUF loading needs accel
 from helpers.gguf_models import smollm2_path, unrope, write_gguf_model  # noqa: E402
 from helpers.llm_families import written  # noqa: E402
 
-from hscale.models.gguf_source import (GGUFSourceError, load_gguf_model,  # noqa: E402
+from hscale.checkpoints.gguf_source import (GGUFSourceError, load_gguf_model,  # noqa: E402
                                        read_gguf_header)
 
 
