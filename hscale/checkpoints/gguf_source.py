@@ -90,14 +90,36 @@ class GGUFModel:
         self.header = header
         self.path = header.path
 
+    #: The files opened in this process, by (path, size, modification time): a command that
+    #: meets one file in several places (eval's header check, tokenizer and model) reads it once.
+    _opened: dict = {}
+
     @classmethod
     def open(cls, path) -> "GGUFModel":
         """The GGUF model file ``path``, its header read and checked (a GGUFSourceError, one
-        line, for anything that makes it unusable as a model), no tensor read."""
+        line, for anything that makes it unusable as a model), no tensor read; the same object
+        for the same unchanged file within a process (its config, tokenizer and name map are
+        then computed once too)."""
+        path = Path(path)
+        try:
+            stat = path.stat()
+            key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        except OSError:
+            key = None
+        if key is not None and key in cls._opened:
+            return cls._opened[key]
+        model = cls._open(path)
+        if key is not None:
+            cls._opened[key] = model
+            while len(cls._opened) > 2:  # a command reads a model and its original at most
+                cls._opened.pop(next(iter(cls._opened)))
+        return model
+
+    @classmethod
+    def _open(cls, path: Path) -> "GGUFModel":
         from .gguf_facts import metadata_value
         from .gguf_file import GGUFFile, GGUFFileError
         from .safetensors import CheckpointError
-        path = Path(path)
         if not path.is_file():
             raise GGUFSourceError(f"{path}: no such file")
         _require_packages(path)
