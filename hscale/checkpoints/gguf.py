@@ -37,7 +37,7 @@ from .safetensors import CheckpointError, TensorInfo
 from .gguf_facts import (MAGIC, NVFP4_TYPE, PERMUTED_ARCHITECTURES, PREC_A4_KEY,  # noqa: F401
                          PREC_NAMES_KEY, SCALE_APPLYING_ARCHITECTURES, SOURCE_MODULES_KEY,
                          SOURCE_TENSORS_KEY, KINDS, head_count_key,
-                         hugging_face_names)
+                         hugging_face_names, read_key_types, required_keys)
 
 
 def require_gguf():
@@ -122,6 +122,9 @@ class GGUFLayout(Layout):
     def config_findings(self, detected, model):
         problems, notes = [], []
         architecture = model.fields.get("general.architecture")
+        if isinstance(architecture, str) and architecture:
+            problems += [f"metadata {key} is missing: llama.cpp's loader requires it"
+                         for key in required_keys(architecture) if key not in model.fields]
         if architecture not in SCALE_APPLYING_ARCHITECTURES:
             problems.append(
                 f"general.architecture {architecture!r}: llama.cpp's graph for it does not "
@@ -179,6 +182,7 @@ class GGUFCheckpoint:
             raise CheckpointError(f"{path}: metadata general.architecture is "
                                   f"{type(architecture).__name__}, not a string (spec "
                                   "NVFP4-GGUF-2)")
+        _check_key_types(gguf, reader, architecture, path)
         hf_names = _hf_names(gguf, self.fields, reader, path)
         plain = {"F32": gguf.GGMLQuantizationType.F32, "F16": gguf.GGMLQuantizationType.F16,
                  "BF16": gguf.GGMLQuantizationType.BF16}
@@ -312,6 +316,24 @@ def open_gguf(path) -> tuple[CheckpointFormat, GGUFCheckpoint, dict]:
         raise CheckpointError(f"{path}: a GGUF file with no NVFP4 tensor (type {NVFP4_TYPE}) "
                               "and no .scale tensor: not an NVFP4 checkpoint")
     return CheckpointFormat(GGUF, [], dict(model.fields), Path(path).name), model, modules
+
+
+def _check_key_types(gguf, reader, architecture: str, path) -> None:
+    """Every key the readers consult stored as the type llama.cpp reads it as
+    (``gguf_facts.read_key_types``), or a CheckpointError naming the key (NVFP4-GGUF-2)."""
+    def named(types) -> str:
+        names = [gguf.GGUFValueType(t).name for t in types]
+        return names[0] + (f" of {names[1]}" if len(names) > 1 else "")
+    for key, (kind, element) in read_key_types(architecture).items():
+        field = reader.fields.get(key)
+        if field is None:
+            continue
+        stored = [int(t) for t in field.types][:2]
+        expected = [kind] + ([element] if element is not None else [])
+        if stored != expected:
+            raise CheckpointError(f"{path}: metadata {key} is stored as {named(stored)}; "
+                                  f"llama.cpp reads it as {named(expected)} (spec "
+                                  "NVFP4-GGUF-2)")
 
 
 def _hf_names(gguf, fields: dict, reader, path) -> dict:

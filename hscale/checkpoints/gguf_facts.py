@@ -141,3 +141,29 @@ def metadata_value(fields, key: str, kind: str, where, default=None, required: b
         raise CheckpointError(f"{where}: metadata {key} is {shown} "
                               f"({type(value).__name__}), not {kind}")
     return value
+
+
+#: GGUF's value type numbers (gguf.GGUFValueType) of the types below.
+UINT32, STRING, ARRAY, BOOL = 4, 8, 9, 7
+
+
+def read_key_types(architecture: str) -> dict:
+    """Every metadata key the kit's GGUF readers consult, with the type llama.cpp's typed
+    getters (llama-model-loader.cpp ``get_key``, ``get_arr``) read it as: (value type, element
+    type or None). A key stored as another type is refused by llama.cpp, so by the readers."""
+    return {ARCHITECTURE_KEY: (STRING, None),
+            block_count_key(architecture): (UINT32, None),
+            head_count_key(architecture): (UINT32, None),
+            head_count_key(architecture, kv=True): (UINT32, None),
+            f"{architecture}.attention.key_length": (UINT32, None),
+            f"{architecture}.embedding_length": (UINT32, None),
+            SOURCE_TENSORS_KEY: (ARRAY, STRING), SOURCE_MODULES_KEY: (ARRAY, STRING),
+            PREC_NAMES_KEY: (ARRAY, STRING), PREC_A4_KEY: (ARRAY, BOOL)}
+
+
+def required_keys(architecture: str) -> tuple[str, ...]:
+    """The hyperparameters llama.cpp's loader requires of a dense model of the architectures
+    GGUF NVFP4 is written for (llama-model.cpp ``load_hparams``: no default)."""
+    return (block_count_key(architecture), f"{architecture}.context_length",
+            f"{architecture}.embedding_length", f"{architecture}.feed_forward_length",
+            head_count_key(architecture))
