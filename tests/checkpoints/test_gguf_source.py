@@ -16,7 +16,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate", reason="transformers' GGUF loading needs accelerate")
 
-from helpers.gguf_models import smollm2_path, unrope, write_gguf_model  # noqa: E402
+from helpers.gguf_models import (smollm2_path, unrope, write_gguf_file,  # noqa: E402
+                                 write_gguf_model)
 from helpers.llm_families import written  # noqa: E402
 
 from hscale.checkpoints.gguf_source import (GGUFSourceError, load_gguf_model,  # noqa: E402
@@ -86,16 +87,8 @@ def test_its_forward_and_tokenizer_run(tiny_gguf):
 
 def _write(path: Path, architecture: str = "llama", kind: str | None = None,
            tensors: dict | None = None) -> Path:
-    writer = gguf.GGUFWriter(str(path), architecture)
-    if kind is not None:
-        writer.add_type(kind)
-    for name, (value, raw) in (tensors or {}).items():
-        writer.add_tensor(name, value, raw_dtype=raw)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    keys = {"general.type": (kind, gguf.GGUFValueType.STRING)} if kind is not None else {}
+    return write_gguf_file(path, architecture, keys, tensors)
 
 
 def test_what_is_not_a_usable_model_is_refused_in_one_line(tmp_path):

@@ -14,7 +14,7 @@ gguf = pytest.importorskip("gguf", reason="GGUF needs the gguf package (engines 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from helpers.gguf_models import write_gguf_model  # noqa: E402
+from helpers.gguf_models import write_gguf_file, write_gguf_model  # noqa: E402
 from helpers.llm_families import written  # noqa: E402
 from helpers.paths import DOCS, REPO_ROOT  # noqa: E402
 
@@ -38,16 +38,7 @@ def refusal_table() -> dict[str, str]:
 
 
 def _gguf(path, architecture: str, keys: dict | None = None, tensors: dict | None = None):
-    writer = gguf.GGUFWriter(str(path), architecture)
-    for key, value in (keys or {}).items():
-        writer.add_key_value(key, *value)
-    for name, (value, raw) in (tensors or {}).items():
-        writer.add_tensor(name, value, raw_dtype=raw)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return str(path)
+    return str(write_gguf_file(path, architecture, keys, tensors))
 
 
 @pytest.fixture(scope="module")
