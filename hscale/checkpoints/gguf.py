@@ -279,7 +279,12 @@ class GGUFCheckpoint:
         config = {k: v for k, v in parsed["config"].items() if not k.startswith("_")}
         architecture = self.fields.get("general.architecture")
         head_dim = self.fields.get(f"{architecture}.attention.key_length")
-        if isinstance(head_dim, int) and not isinstance(head_dim, bool):
+        if head_dim is None:  # llama.cpp's default (load_hparams), not the config class's
+            hidden = self.fields.get(f"{architecture}.embedding_length")
+            heads = self.fields.get(head_count_key(architecture))
+            if KINDS["a positive integer"](hidden) and KINDS["a positive integer"](heads):
+                head_dim = hidden // heads
+        if KINDS["a positive integer"](head_dim):
             config["head_dim"] = head_dim
         return config
 

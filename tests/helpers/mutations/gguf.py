@@ -247,12 +247,29 @@ def read_keys(layout: dict) -> list[str]:
     return [k for k in wanted if k in layout["kv"]]
 
 
+def _is_llama_cpps_default(d, layout: dict, key: str) -> bool:
+    """Whether ``key`` holds what llama.cpp's loader takes without it (llama-model.cpp
+    ``load_hparams``: attention.key_length defaults to embedding_length / head_count), so that
+    removing it changes nothing a reader or llama.cpp sees."""
+    if not key.endswith(".attention.key_length"):
+        return False
+    architecture = key.split(".")[0]
+    data = d.read_bytes()
+
+    def uint32(name):
+        entry = layout["kv"].get(f"{architecture}.{name}")
+        return None if entry is None else struct.unpack_from("<I", data, entry[2])[0]
+    heads = uint32("attention.head_count")
+    return bool(heads) and uint32("attention.key_length") == uint32("embedding_length") // heads
+
+
 @mutation("gguf-read-key-removed", needs=("gguf",))
 def _(d, rng):
     """A key a reader consults renamed to one nobody reads (its last character replaced): for
     the reader, the key is missing; for llama.cpp too."""
     layout = gguf_layout(d)
-    key = rng.choice([k for k in read_keys(layout) if k != "general.tensor_extra.name"])
+    key = rng.choice([k for k in read_keys(layout) if k != "general.tensor_extra.name"
+                      and not _is_llama_cpps_default(d, layout, k)])
     at = layout["kv"][key][0] + 8 + len(key) - 1
     patch(d, at, b"#")
     return f"{key} removed (renamed {key[:-1]}#)"
