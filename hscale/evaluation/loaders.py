@@ -2,7 +2,7 @@
 
 | the path | route (``--loader auto``) |
 |---|---|
-| a GGUF file | llama.cpp (llama-cpp-python), the engine GGUF is made for; with ``--engine transformers`` transformers' own GGUF reading, dequantized to float32 (``hscale.checkpoints.gguf_source``; not an NVFP4 file, whose ``.scale`` it would not apply) |
+| a GGUF file | llama.cpp (llama-cpp-python), the engine GGUF is made for; with ``--engine transformers`` the kit's GGUF route (``hscale.checkpoints.gguf_source``: gguf's dequantizer tensor by tensor, transformers' names and config; float32; not an NVFP4 file, whose ``.scale`` it would not apply) |
 | a Hugging Face model directory | transformers, float32 |
 | a compressed-tensors NVFP4 checkpoint (dense) | transformers + compressed-tensors, decompressed on load (``CompressedTensorsConfig(dequantize=True)``), then cast to float32: its weights are the spec's rounded to bfloat16 (docs/checkpoints.md) |
 | a compressed-tensors MoE checkpoint, any ModelOpt checkpoint, or ``--loader kit`` | the kit's decoding (NVFP4-DEQ-1, float32) handed to transformers as an unquantized state dict (``hscale.evaluation.decoded``): transformers drops each expert's global scale (#48371) and cannot run ModelOpt NVFP4 on a CPU |
@@ -260,11 +260,12 @@ def _library_bars_off():
 
 
 def _transformers_gguf(model: ModelPath, tokenizer=None):
-    """A GGUF file through transformers' own GGUF reading, dequantized to float32 (the kit's
-    one GGUF route, ``hscale.checkpoints.gguf_source``)."""
+    """A GGUF file in transformers, dequantized to float32 by the kit's one GGUF route
+    (``hscale.checkpoints.gguf_source``)."""
     from hscale.checkpoints.gguf_source import load_gguf_model
     loaded = load_gguf_model(model.path, "float32")
     types = ", ".join(f"{n} {k}" for k, n in sorted(loaded.header.tensor_types.items()))
     return TransformersRunner(loaded.model, tokenizer or loaded.tokenizer,
-                              {"route": "transformers' GGUF loading (gguf.dequantize), float32",
+                              {"route": "gguf's dequantizer tensor by tensor, in transformers' "
+                                        "model, float32",
                                "gguf": package_version("gguf"), "tensor_types": types})

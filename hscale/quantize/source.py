@@ -2,8 +2,8 @@
 request holds beside the options.
 
 * ``ModelSource``, the model: a Hugging Face directory (the bundled MiniLM's without one) or a
-  **GGUF model file**, opened once (``hscale.checkpoints.gguf_source.GGUFModel``: its header read and
-  checked); for the run, the GGUF file's tensors are dequantized one at a time into a temporary
+  **GGUF model file**, opened once (``hscale.checkpoints.gguf_source.GGUFModel``: its header
+  read and checked); for the run, the GGUF file's tensors are dequantized one at a time into a temporary
   Hugging Face directory beside the output (``hscale.checkpoints.from_gguf``), which the run
   reads like any other and removes at its end; a resumed run is recognised by the GGUF file,
   not by that directory.
