@@ -48,8 +48,8 @@ Exactness (the same bits as the reference, checked by the conformance suite):
   no choice (HSCALE-ARGMIN-1).
 
 The kernel source (``cupy_kernel.cu``) is written once for two compilers: NVRTC (through CuPy),
-and a host C compiler with ``-DHSCALE_HOST_HARNESS`` (``-ffp-contract=off``; x86-64 doubles are SSE2, no excess
-precision), where the intrinsics become plain operators and ``fma``. ``HostRuntime`` runs the
+and a host C compiler with ``-DHSCALE_HOST_HARNESS`` (``-ffp-contract=off``; x86-64 doubles are
+SSE2, no excess precision), where the intrinsics become plain operators and ``fma``. ``HostRuntime`` runs the
 same ``FusedQuantizer`` with the kernels built by gcc, so the tests check the kernel logic
 against the reference on machines without a GPU.
 """
