@@ -171,6 +171,7 @@ class GGUFCheckpoint:
         gguf = require_gguf()
         self.directory = Path(path)
         reader, self.fields = read_gguf(gguf, self.directory)
+        self.reader = reader  # gguf's reader of the file, validated (its tensors as stored)
         self.metadata: dict = {}
         self.info: dict[str, TensorInfo] = {}
         self.file_of: dict[str, Path] = {}  # every tensor's file: this one

@@ -405,8 +405,8 @@ def _verify(path: Path, model, layout, plan: list[dict]) -> None:
             same = after.shape == before.shape and np.array_equal(
                 after.astype(np.float32), before.astype(np.float32))
         elif entry["kind"] == "raw":
-            if stored is None:
-                stored = {t.name: t for t in require_gguf().GGUFReader(path).tensors}
+            if stored is None:  # the same read of the written file
+                stored = {t.name: t for t in written.reader.tensors}
             same = _same_raw(entry, stored[entry["gguf"]], model)
         else:
             continue
