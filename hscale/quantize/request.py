@@ -9,6 +9,7 @@ from typing import Any
 
 from hscale.checkpoints import DEFAULT_MAX_SHARD_BYTES, FORMATS, CheckpointError, read_header
 from hscale.checkpoints.layout_base import SCHEMES
+from hscale.files import check_output_directory
 from hscale.models.architecture import DEFAULT_IGNORE
 from hscale.pipelines import pipeline_named
 from hscale.reference.constants import DEFAULT_K, DEFAULT_U
@@ -136,6 +137,8 @@ def check_request(request: QuantizeRequest) -> CheckedRequest:
         raise ValueError("--act-order: only the gptq pipeline has a column order")
     gguf_output = check_gguf_output(request, source) if request.format == GGUF_FORMAT \
         else None
+    check_output_directory(gguf_output.work_target if gguf_output is not None
+                           else Path(request.out), request.force)
     check_calibration_data(request)
     check_device(request.device)
     if request.calibration_dtype not in CALIBRATION_DTYPES:

@@ -126,6 +126,12 @@ def cases(i: dict) -> dict:
         "a `--hessian` that is not a calibrate file": dict(
             model_dir=i["llama"], hessian=str(root / "not-hessian.safetensors")),
         "a `--backend` not available here": dict(model_dir=i["llama"], backend="cupy"),
+        "an `--out` that exists, without `--force`": dict(model_dir=i["gguf"],
+                                                          format="compressed-tensors",
+                                                          out=str(root / "no-config")),
+        "an `--out` in a directory that is not there": dict(model_dir=i["gguf"],
+                                                            format="compressed-tensors",
+                                                            out=str(root / "no" / "such")),
     }
 
 
