@@ -340,6 +340,11 @@ def pytest_pyfunc_call(pyfuncitem):
     return result
 
 
+#: The running session's suite state and terminal reporter (set at session start), for the
+#: per-test hooks below.
+_CURRENT: dict = {}
+
+
 def pytest_runtest_logreport(report):
     st = _CURRENT.get("state")
     if st is None or report.nodeid not in st.items or _CURRENT.get("controller"):
@@ -356,8 +361,6 @@ def pytest_runtest_logreport(report):
     elif report.passed and report.when == "call" and previous is None:
         st.outcomes[report.nodeid] = ("passed", "")
 
-
-_CURRENT: dict = {}
 
 #: Seconds between the progress lines of a long run (done, total, an estimate of what is left).
 PROGRESS_EVERY_S = 30.0

@@ -34,6 +34,12 @@ def encode_e2m1(weight: np.ndarray, scale: np.ndarray) -> np.ndarray:
     grid, saturating at 6 (NVFP4-E2M1-2). It is computed in the division-free threshold form:
     ``|w|`` is compared with ``midpoint * scale``, a product that is exact in float64 (the
     midpoint has 3 significant bits, the scale at most 28), so no rounding enters the decision.
+
+    Why not E4M3's routine (``e4m3.encode_e4m3``: frexp, a power-of-two rescaling, ``rint``):
+    that rounds a value it is given exactly, and here the value is a quotient, ``|w| / scale``,
+    which float64 cannot hold exactly; dividing first would round twice. E2M1 has 7 midpoints,
+    so comparing against each (exact products) is as cheap as one division; E4M3's 126-step
+    ladder is not, and its inputs are exact.
     """
     weight = np.asarray(weight, dtype=np.float64)
     magnitude = np.abs(weight)

@@ -15,13 +15,10 @@ import numpy as np
 from .constants import E4M3_MAX, GROUP_SIZE
 from .constants import FP32_SMALLEST_NORMAL
 from .global_scale import dequantizes_finitely
+from .methods import METHOD_NAMES, METHODS as METHOD_TABLE, Method
 
 WEIGHT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
-METHODS = ("rtn", "scale-only", "hscale", "hscale-block")
-# The methods of whole-model quantization (hscale quantize, hscale check): those whose inputs a
-# calibration pass gives (h = diag(X^T X), HSCALE-CAL-1, or the diagonal 16 x 16 blocks of
-# X^T X that hscale-block reads, HSCALE-BLOCK-1).
-MODEL_METHODS = ("rtn", "scale-only", "hscale", "hscale-block")
+METHODS = METHOD_NAMES  # the method table's (methods.py), HSCALE-METHOD-1
 INITS = ("maxabs", "4over6")
 
 
@@ -172,12 +169,13 @@ def check_method_hessian(hessian_diag, method: str, cols: int):
     """h as float64 (n,) for hscale, where it is required (NVFP4-IN-2); the blocks
     (n/16, 16, 16) for hscale-block (NVFP4-IN-6); None for rtn and scale-only, which do not
     read it (HSCALE-METHOD-1)."""
-    if method == "hscale-block":
+    statistic = METHOD_TABLE[method].statistic if method in METHOD_TABLE else None
+    if statistic == "blocks":
         if hessian_diag is None:
             raise ValueError("hessian_blocks: method 'hscale-block' needs the diagonal 16 x 16 "
                              "blocks of X^T X, got None (spec NVFP4-IN-6, HSCALE-METHOD-1)")
         return check_hessian_blocks(hessian_diag, cols)
-    if method != "hscale":
+    if statistic != "h":
         return None
     if hessian_diag is None:
         raise ValueError("hessian_diag: method 'hscale' needs the Hessian diagonal h, got "
@@ -250,6 +248,12 @@ def check_scale_ceiling(scale_ceiling) -> float:
         raise ValueError(f"scale_ceiling = {value!r}: must lie in (0, 448], the E4M3 range "
                          "(spec NVFP4-IN-4)")
     return value
+
+
+def method_named(name) -> Method:
+    """The method ``name`` of the method table (``methods.py``), or a ValueError listing them
+    (NVFP4-IN-5)."""
+    return METHOD_TABLE[check_choice("method", name, METHOD_NAMES)]
 
 
 def check_choice(name: str, value, allowed: tuple[str, ...]) -> str:

@@ -59,26 +59,41 @@ def read_imatrix(path) -> Imatrix:
 
 
 def _read_gguf(path: Path) -> Imatrix:
+    """A GGUF importance matrix, its header and tensors from one memory map
+    (``hscale.checkpoints.gguf_file``); every key it reads checked (a key of another type is
+    refused naming it)."""
     try:
-        import gguf
+        import gguf  # noqa: F401 - the ggml types of its tensors
     except ImportError:
         raise ImatrixError(f"--imatrix {path}: a GGUF imatrix needs the gguf package: pip "
                            "install 'hscale-nvfp4[engines]'") from None
+    from hscale.checkpoints.gguf_facts import metadata_value
+    from hscale.checkpoints.gguf_file import GGUFFile, GGUFFileError
+    from hscale.checkpoints.safetensors import CheckpointError
     try:
-        reader = gguf.GGUFReader(path)
-    except Exception as exc:  # noqa: BLE001 - gguf fails in many ways on bad bytes
-        raise ImatrixError(f"--imatrix {path}: unreadable GGUF ({exc})") from None
-    fields = {k: f.contents() for k, f in reader.fields.items() if not k.startswith("GGUF.")}
+        file = GGUFFile(path)
+    except GGUFFileError as exc:
+        raise ImatrixError(f"--imatrix {exc}") from None
+    fields = {k: file.value(k) for k in ("general.type", "general.architecture",
+                                         "imatrix.datasets", "imatrix.chunk_count",
+                                         "imatrix.chunk_size") if k in file.fields}
     if fields.get("general.type") != "imatrix":
         kind = fields.get("general.type")
         said = f"general.type is {kind!r}" if kind is not None else "no general.type"
         what = " (a model?)" if "general.architecture" in fields and kind != "imatrix" else ""
         raise ImatrixError(f"--imatrix {path}: {said}, not 'imatrix': not an importance matrix"
                            f"{what}; llama-imatrix writes them")
-    tensors = {t.name: t for t in reader.tensors}
-    out = Imatrix(path, "gguf", datasets=list(fields.get("imatrix.datasets") or []),
-                  chunks=int(fields.get("imatrix.chunk_count") or 0),
-                  chunk_size=fields.get("imatrix.chunk_size"))
+    try:
+        out = Imatrix(path, "gguf",
+                      datasets=list(metadata_value(fields, "imatrix.datasets",
+                                                   "an array of strings", path, default=[])),
+                      chunks=metadata_value(fields, "imatrix.chunk_count", "an integer", path,
+                                            default=0),
+                      chunk_size=metadata_value(fields, "imatrix.chunk_size", "an integer",
+                                                path, required=False))
+    except CheckpointError as exc:
+        raise ImatrixError(f"--imatrix {exc}") from None
+    tensors = {t.name: t for t in file.tensors}
     for name, tensor in tensors.items():
         if not name.endswith(".in_sum2"):
             continue
@@ -86,9 +101,9 @@ def _read_gguf(path: Path) -> Imatrix:
         counts = tensors.get(f"{weight}.counts")
         if counts is None:
             raise ImatrixError(f"--imatrix {path}: {weight}.in_sum2 has no {weight}.counts")
-        sums = np.asarray(tensor.data, np.float32)
-        sums = sums.reshape(-1, int(tensor.shape[0]))  # ggml ne = [n_cols, n_experts]
-        count = np.asarray(counts.data, np.float32).reshape(-1)
+        sums = file.dequantized(tensor)
+        sums = sums.reshape(-1, int(tensor.shape[-1]))  # ggml ne = [n_cols, n_experts]
+        count = file.dequantized(counts).reshape(-1)
         if count.size != sums.shape[0]:
             raise ImatrixError(f"--imatrix {path}: {weight}: {sums.shape[0]} experts of sums, "
                                f"{count.size} counts")
@@ -139,36 +154,26 @@ def _read_dat(path: Path) -> Imatrix:
 # llama.cpp's names -> the model's weights (HSCALE-CAL-3)
 # --------------------------------------------------------------------------------------------
 
-#: Hugging Face model_type -> llama.cpp architecture where the two names differ (as
-#: llama.cpp's converter writes them; Mixtral is converted as llama).
-LLAMA_CPP_ARCHITECTURES = {"mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe",
-                           "gemma3_text": "gemma3", "cohere": "command-r",
-                           "gpt_oss": "gpt-oss", "minimax_m2": "minimax-m2"}
-#: An expert's part -> llama.cpp's merged expert tensor.
-EXPERT_TENSORS = {"gate": "FFN_GATE_EXP", "up": "FFN_UP_EXP", "down": "FFN_DOWN_EXP"}
-
-
 def llama_cpp_names(model_type: str, blocks: int, plans, inventory) -> dict:
     """{checkpoint module: (llama.cpp weight name, expert or None)} of every quantized weight:
     gguf's tensor name map of the model's llama.cpp architecture, and for an MoE expert e
     column e of the block's merged ``ffn_{gate,up,down}_exps``."""
     import gguf
-    architecture = LLAMA_CPP_ARCHITECTURES.get(model_type, model_type)
-    arch = next((a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == architecture), None)
-    if arch is None:
+    from hscale.checkpoints.gguf_facts import (expert_tensor_name, llama_cpp_architecture,
+                                               name_map)
+    names_of = name_map(llama_cpp_architecture(model_type), blocks)
+    if names_of is None:
         raise ImatrixError(f"model_type {model_type!r}: no llama.cpp architecture of that name "
                            f"in gguf {gguf.__version__}, so llama.cpp's tensor names cannot be "
                            "mapped to this model's")
-    name_map = gguf.get_tensor_name_map(arch, blocks)
     names = {}
     for plan in plans:
         slot = inventory.experts.get(plan.module) if inventory is not None else None
         if slot is not None:
             block = inventory.block_of(slot.experts + ".")
-            template = gguf.TENSOR_NAMES[getattr(gguf.MODEL_TENSOR, EXPERT_TENSORS[slot.part])]
-            names[plan.module] = (template.format(bid=block) + ".weight", slot.expert)
+            names[plan.module] = (expert_tensor_name(slot.part, block), slot.expert)
             continue
-        found = name_map.get_name(f"{plan.module}.weight", try_suffixes=(".weight",))
+        found = names_of.get_name(f"{plan.module}.weight", try_suffixes=(".weight",))
         names[plan.module] = (found, None)
     return names
 

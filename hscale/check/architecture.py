@@ -73,7 +73,17 @@ def _meta_from_directory(directory: Path):
         raise ValueError("the directory has no config.json")
     document = read_json(directory / "config.json")  # a JSON object: detect_format saw to it
     model_type, names = document.get("model_type"), document.get("architectures")
-    classes = [getattr(transformers, n, None) for n in names or [] if isinstance(n, str)]
+    # the two fields loaders pick the model by (transformers' AutoConfig: model_type; vLLM
+    # and from_pretrained's class: architectures): absent or of another type, a finding
+    if not isinstance(model_type, str):
+        raise ConfigDoesNotBuild("config.json's model_type is " + (
+            "missing" if model_type is None else f"{model_type!r}, not a string") +
+            ": transformers' AutoConfig picks the configuration class by it")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ConfigDoesNotBuild("config.json's architectures is " + (
+            "missing" if names is None else f"{names!r}, not a list of class names") +
+            ": engines (vLLM, from_pretrained's class) pick the model class by it")
+    classes = [getattr(transformers, n, None) for n in names]
     cls = next((c for c in classes if c is not None), None)
     if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING or cls is None:
         raise ValueError(f"config.json's model_type {model_type!r} and architectures "

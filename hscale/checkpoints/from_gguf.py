@@ -1,21 +1,21 @@
 """A GGUF model file (llama.cpp's format: Q4_1, Q8_0, K-quants, F16, ...) as the Hugging Face model
-directory the rest of the kit reads, for ``hscale quantize FILE.gguf`` and ``hscale check
---original FILE.gguf``.
+directory the rest of the kit reads, for ``hscale quantize FILE.gguf``, ``hscale calibrate`` and
+``hscale check --original FILE.gguf``.
 
-The model is read by the one GGUF route of the kit, ``hscale.models.gguf_source.load_gguf_model``
-(transformers' GGUF loading: every tensor dequantized to float32, llama.cpp's names mapped, the
-query and key rows put back in Hugging Face's order); the directory then holds what
-``save_pretrained`` would write: ``config.json`` (without the GGUF loading's quantization
-config), the tokenizer transformers built from the file's vocabulary, and ``model.safetensors``
-in float32 (tied weights left out, MoE experts per expert), written tensor by tensor. Beside
-them, ``gguf_metadata.json`` carries every key-value pair of the file's header exactly (types
-and bytes), so that a GGUF written from the directory later (``hscale convert --to gguf``, or
-``hscale quantize --format gguf``) has the source's tokenizer (``tokenizer.ggml.*``, its
-pre-tokenizer and merges included) and hyperparameters, and llama.cpp runs it as it ran the
+The model is read by the one GGUF route of the kit, ``hscale.checkpoints.gguf_source.GGUFModel``
+(the header once; every tensor dequantized by gguf's own dequantizer to float32, one at a time,
+named and ordered as transformers' GGUF loading does); the directory then holds what
+``save_pretrained`` would write: ``config.json`` (transformers' config of the header), the
+tokenizer transformers builds from the file's vocabulary, and ``model.safetensors`` in float32
+(tied weights absent, as the file has them), written tensor by tensor as each is dequantized.
+Beside them, ``gguf_metadata.json`` carries every key-value pair of the file's header exactly
+(types and bytes), so that a GGUF written from the directory later (``hscale convert --to
+gguf``, or ``hscale quantize --format gguf``) has the source's tokenizer (``tokenizer.ggml.*``,
+its pre-tokenizer and merges included) and hyperparameters, and llama.cpp runs it as it ran the
 source.
 
-Memory: the whole model in float32 while it is written (SmolLM2-135M: 0.54 GB); disk: the same
-again, in a temporary directory the caller removes.
+Memory: one tensor in float32 at a time (and the memory map of the file); disk: the model in
+float32 (SmolLM2-135M: 0.54 GB), in a temporary directory the caller removes.
 """
 
 from __future__ import annotations
@@ -32,13 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .gguf_facts import METADATA_NAME, NOT_CARRIED
 from .safetensors import DEFAULT_MAX_SHARD_BYTES, ShardWriter, TensorInfo
-
-#: The header of the GGUF file a directory was made from, carried through checkpoints.
-METADATA_NAME = "gguf_metadata.json"
-#: Keys not carried: the reader's own fields, and what a new file must state afresh.
-NOT_CARRIED = ("GGUF.", "general.file_type", "general.quantization_version",
-               "general.alignment", "hscale.")
 
 
 @dataclass
@@ -46,65 +41,57 @@ class GGUFDirectory:
     """What ``write_model_directory`` wrote."""
 
     directory: Path
-    header: object  # hscale.models.gguf_source.GGUFHeader
+    header: object  # hscale.checkpoints.gguf_source.GGUFHeader
     tensors: int
     bytes: int
     seconds: float
 
 
-def write_model_directory(path, directory, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
-                          ) -> GGUFDirectory:
-    """The GGUF model file ``path`` as a Hugging Face model directory ``directory`` (created,
-    or an existing empty one); see the module docstring. A file that cannot be read raises
-    ``hscale.models.gguf_source.GGUFSourceError`` (one line) before anything is written."""
-    from hscale.models.gguf_source import shared_gguf_reader
-    with shared_gguf_reader():  # one parse of the file's header for all that follows
-        return _write_model_directory(path, directory, max_shard_bytes)
-
-
-def _write_model_directory(path, directory, max_shard_bytes: int) -> GGUFDirectory:
-    import torch
-    from hscale.models.architecture import saved_state
-    from hscale.models.gguf_source import load_gguf_model, read_gguf_header
+def write_model_directory(model, directory, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+                          progress=None) -> GGUFDirectory:
+    """The GGUF model ``model`` (a ``GGUFModel``, or a path opened as one) as a Hugging Face
+    model directory ``directory`` (created, or an existing empty one); see the module docstring.
+    A file that cannot be read raises ``GGUFSourceError`` (one line) before anything is
+    written. ``progress(done, total)``: after each tensor."""
+    from .gguf_source import GGUFModel
     started = time.perf_counter()
-    header = read_gguf_header(path)  # refused before the (long) load
-    loaded = load_gguf_model(header.path, "float32")
+    model = model if isinstance(model, GGUFModel) else GGUFModel.open(model)
+    config, tokenizer = model.config, model.tokenizer
+    shapes = model.expected_shapes()
+    model.check_shapes()
+    names = [model.names[t.name] for t in model.file.tensors if t.name in model.names]
+    infos = [TensorInfo(name, "F32", shapes[name]) for name in names]
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    config = loaded.model.config
-    if hasattr(config, "quantization_config"):  # the GGUF loading's own, not the weights'
-        del config.quantization_config
-    config.dtype = torch.float32
-    config.architectures = [type(loaded.model).__name__]  # the GGUF loading leaves it unset
     config.save_pretrained(directory)
-    loaded.tokenizer.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
     (directory / METADATA_NAME).write_text(json.dumps(
-        {"source": str(header.path), "fields": header_fields(header.path)}) + "\n")
-    state = saved_state(loaded.model)
-    infos = [TensorInfo(name, "F32", tuple(tensor.shape)) for name, tensor in state.items()]
+        {"source": str(model.path), "fields": header_fields(model.file)}) + "\n")
     writer = ShardWriter(directory, infos, max_shard_bytes,
-                         {"producer": "hscale-nvfp4 from GGUF", "gguf": header.path.name})
-    for info in infos:
-        writer.write(info.name, state[info.name].detach().to(torch.float32).numpy())
+                         {"producer": "hscale-nvfp4 from GGUF", "gguf": model.path.name})
+    for name, value in model.tensors(progress):
+        writer.write(name, np.ascontiguousarray(value, np.float32))
     writer.close()
-    return GGUFDirectory(directory, header, len(infos), sum(i.nbytes for i in infos),
+    return GGUFDirectory(directory, model.header, len(infos), sum(i.nbytes for i in infos),
                          time.perf_counter() - started)
 
 
 @contextlib.contextmanager
-def temporary_model_directory(path, parent=None, log=None):
-    """``write_model_directory`` of the GGUF model ``path`` into a hidden temporary directory
-    under ``parent`` (the system's temporary directory by default), yielded, and removed
-    however the block ends. ``log(line)`` is told what is read and how long it took."""
+def temporary_model_directory(model, parent=None, log=None, progress=None):
+    """``write_model_directory`` of the GGUF model ``model`` (a ``GGUFModel`` or a path) into a
+    hidden temporary directory under ``parent`` (the system's temporary directory by default),
+    yielded, and removed however the block ends. ``log(line)`` is told what is read and how
+    long it took."""
+    path = getattr(model, "path", model)
     parent = Path(parent if parent is not None else tempfile.gettempdir()).absolute()
     if not parent.is_dir():
         raise ValueError(f"{parent}: no such directory (for the model read from {path})")
     directory = parent / f".hscale-gguf-source-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         if log is not None:
-            log(f"reading {path}: every tensor dequantized to float32 by transformers' GGUF "
-                f"loading, into {directory}/ (removed at the end)")
-        written = write_model_directory(path, directory)
+            log(f"reading {path}: every tensor dequantized to float32 by gguf's dequantizer, one "
+                f"at a time, into {directory}/ (removed at the end)")
+        written = write_model_directory(model, directory, progress=progress)
         if log is not None:
             types = ", ".join(f"{k} {v}" for k, v in written.header.tensor_types.items())
             log(f"read {path} ({written.header.architecture}; tensors: {types}): "
@@ -119,37 +106,23 @@ def temporary_model_directory(path, parent=None, log=None):
 # the header's key-value pairs, exactly
 # --------------------------------------------------------------------------------------------
 
-def header_fields(path) -> list[dict]:
-    """Every key-value pair of a GGUF file's header but those of ``NOT_CARRIED``, as JSON-able
-    records ``{"key", "type", "value"}`` (``"sub_type"`` for arrays): strings as text (bytes
-    that are not UTF-8 kept as surrogate escapes), numbers as Python numbers of the stored
-    width, so that ``add_fields`` writes the same bytes back."""
-    import gguf
-    reader = gguf.GGUFReader(path)
+def header_fields(file) -> list[dict]:
+    """Every key-value pair of a GGUF file's header (a ``GGUFFile``, or a path) but those of
+    ``NOT_CARRIED``, as JSON-able records ``{"key", "type", "value"}`` (``"sub_type"`` for
+    arrays): strings as text (bytes that are not UTF-8 kept as surrogate escapes), numbers as
+    Python numbers of the stored width, so that ``add_fields`` writes the same bytes back."""
+    from .gguf_file import VALUE_TYPES, GGUFFile
+    file = file if isinstance(file, GGUFFile) else GGUFFile(file)
     records = []
-    for field in reader.fields.values():
-        if field.name.startswith(NOT_CARRIED):
+    for key, item in file.fields.items():
+        if key.startswith(NOT_CARRIED):
             continue
-        kind = gguf.GGUFValueType(field.types[0])
-        record = {"key": field.name, "type": kind.name}
-        if kind == gguf.GGUFValueType.ARRAY:
-            sub = gguf.GGUFValueType(field.types[1]) if len(field.types) > 1 else None
-            if sub is None or sub == gguf.GGUFValueType.ARRAY:
-                raise ValueError(f"{path}: {field.name}: an array of arrays, which is not "
-                                 "carried")
-            record["sub_type"] = sub.name
-            record["value"] = [_scalar(field.parts[i], sub) for i in field.data]
-        else:
-            record["value"] = _scalar(field.parts[field.data[0]], kind)
+        record = {"key": key, "type": VALUE_TYPES[item.type][0]}
+        if item.sub_type is not None:
+            record["sub_type"] = VALUE_TYPES[item.sub_type][0]
+        record["value"] = item.value
         records.append(record)
     return records
-
-
-def _scalar(part, kind):
-    import gguf
-    if kind == gguf.GGUFValueType.STRING:
-        return bytes(part).decode("utf-8", "surrogateescape")
-    return part[0].item()
 
 
 def add_fields(writer, records: list[dict], skip: tuple[str, ...] = ()) -> None:

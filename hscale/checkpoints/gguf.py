@@ -34,27 +34,10 @@ from .inputs import ConfigDoesNotBuild, open_regular
 from .layout_base import CheckpointFormat, Layout
 from .safetensors import CheckpointError, TensorInfo
 
-#: The four bytes a GGUF file starts with.
-MAGIC = b"GGUF"
-#: ggml's type number of NVFP4 (ggml.h ``GGML_TYPE_NVFP4``).
-NVFP4_TYPE = 40
-#: Where the writer records each tensor's Hugging Face module (two parallel string arrays).
-SOURCE_MODULES_KEY = "hscale.source.modules"
-SOURCE_TENSORS_KEY = "hscale.source.tensors"
-#: The keys that tell llama.cpp's CUDA backend to keep these weights' activations at 8 bits or
-#: more (llama-model.cpp reads them; without them Blackwell runs NVFP4 matmuls W4A4).
-PREC_NAMES_KEY = "general.tensor_extra.name"
-PREC_A4_KEY = "general.tensor_extra.prec_a4"
-
-#: llama.cpp architectures (its ``general.architecture``) whose graphs multiply every NVFP4
-#: matmul's output by the tensor's ``.scale`` (attention q/k/v/o, the FFN, the output head), as
-#: read in the llama.cpp that llama-cpp-python 0.3.36 vendors (src/models/llama.cpp:143, 170,
-#: 189-194, 240; src/models/qwen3.cpp:111, 128-130, 153). Other graphs, qwen2 and bert among
-#: them, load ``.scale`` but never apply it to the FFN, whose output is then 1/s_g too large.
-SCALE_APPLYING_ARCHITECTURES = ("llama", "qwen3")
-#: Architectures whose query and key rows are permuted into ggml's rope order
-#: (conversion/llama.py ``LlamaModel.permute``); for the others the row order is Hugging Face's.
-PERMUTED_ARCHITECTURES = ("llama",)
+from .gguf_facts import (MAGIC, NVFP4_TYPE, PERMUTED_ARCHITECTURES, PREC_A4_KEY,  # noqa: F401
+                         PREC_NAMES_KEY, SCALE_APPLYING_ARCHITECTURES, SOURCE_MODULES_KEY,
+                         SOURCE_TENSORS_KEY, KINDS, head_count_key,
+                         hugging_face_names, read_key_types, required_keys)
 
 
 def require_gguf():
@@ -100,10 +83,10 @@ def permuted_heads_key(architecture: str, gguf_name: str, fields: dict) -> str |
     if architecture not in PERMUTED_ARCHITECTURES:
         return None
     if gguf_name.endswith(".attn_q.weight"):
-        return f"{architecture}.attention.head_count"
+        return head_count_key(architecture)
     if gguf_name.endswith(".attn_k.weight"):
-        key = f"{architecture}.attention.head_count_kv"
-        return key if key in fields else f"{architecture}.attention.head_count"
+        key = head_count_key(architecture, kv=True)
+        return key if key in fields else head_count_key(architecture)
     return None
 
 
@@ -139,13 +122,21 @@ class GGUFLayout(Layout):
     def config_findings(self, detected, model):
         problems, notes = [], []
         architecture = model.fields.get("general.architecture")
+        if isinstance(architecture, str) and architecture:
+            problems += [f"metadata {key} is missing: llama.cpp's loader requires it"
+                         for key in required_keys(architecture) if key not in model.fields]
         if architecture not in SCALE_APPLYING_ARCHITECTURES:
             problems.append(
                 f"general.architecture {architecture!r}: llama.cpp's graph for it does not "
                 "multiply every NVFP4 matmul by the tensor's .scale (only "
                 f"{', '.join(SCALE_APPLYING_ARCHITECTURES)} are known to), so weights come out "
                 "1/s_g too large")
-        tagged = set(model.fields.get(PREC_NAMES_KEY) or [])
+        tagged = model.fields.get(PREC_NAMES_KEY) or []
+        if not KINDS["an array of strings"](tagged):
+            problems.append(f"metadata {PREC_NAMES_KEY} is {type(tagged).__name__}, not an "
+                            "array of tensor names: llama.cpp reads no precision tag from it")
+            tagged = []
+        tagged = set(tagged)
         untagged = [n for n in model.nvfp4_tensors if n not in tagged]
         if untagged:
             notes.append(f"{len(untagged)} NVFP4 tensors (first {untagged[0]}) are not tagged "
@@ -180,6 +171,7 @@ class GGUFCheckpoint:
         gguf = require_gguf()
         self.directory = Path(path)
         reader, self.fields = read_gguf(gguf, self.directory)
+        self.reader = reader  # gguf's reader of the file, validated (its tensors as stored)
         self.metadata: dict = {}
         self.info: dict[str, TensorInfo] = {}
         self.file_of: dict[str, Path] = {}  # every tensor's file: this one
@@ -191,6 +183,7 @@ class GGUFCheckpoint:
             raise CheckpointError(f"{path}: metadata general.architecture is "
                                   f"{type(architecture).__name__}, not a string (spec "
                                   "NVFP4-GGUF-2)")
+        _check_key_types(gguf, reader, architecture, path)
         hf_names = _hf_names(gguf, self.fields, reader, path)
         plain = {"F32": gguf.GGMLQuantizationType.F32, "F16": gguf.GGMLQuantizationType.F16,
                  "BF16": gguf.GGMLQuantizationType.BF16}
@@ -231,6 +224,10 @@ class GGUFCheckpoint:
         key = permuted_heads_key(architecture, name, self.fields)
         if key is None:
             return None
+        if key not in self.fields:
+            raise CheckpointError(f"{self.directory}: metadata {key} is missing: {name!r}'s rows "
+                                  f"are in ggml's rope order ({architecture}) and the head count "
+                                  "that undoes it is not said (spec NVFP4-GGUF-1)")
         heads = self.fields[key]
         rows = shape[0] if shape else 0
         if isinstance(heads, bool) or not isinstance(heads, int) or heads <= 0 \
@@ -283,7 +280,12 @@ class GGUFCheckpoint:
         config = {k: v for k, v in parsed["config"].items() if not k.startswith("_")}
         architecture = self.fields.get("general.architecture")
         head_dim = self.fields.get(f"{architecture}.attention.key_length")
-        if isinstance(head_dim, int) and not isinstance(head_dim, bool):
+        if head_dim is None:  # llama.cpp's default (load_hparams), not the config class's
+            hidden = self.fields.get(f"{architecture}.embedding_length")
+            heads = self.fields.get(head_count_key(architecture))
+            if KINDS["a positive integer"](hidden) and KINDS["a positive integer"](heads):
+                head_dim = hidden // heads
+        if KINDS["a positive integer"](head_dim):
             config["head_dim"] = head_dim
         return config
 
@@ -322,6 +324,24 @@ def open_gguf(path) -> tuple[CheckpointFormat, GGUFCheckpoint, dict]:
     return CheckpointFormat(GGUF, [], dict(model.fields), Path(path).name), model, modules
 
 
+def _check_key_types(gguf, reader, architecture: str, path) -> None:
+    """Every key the readers consult stored as the type llama.cpp reads it as
+    (``gguf_facts.read_key_types``), or a CheckpointError naming the key (NVFP4-GGUF-2)."""
+    def named(types) -> str:
+        names = [gguf.GGUFValueType(t).name for t in types]
+        return names[0] + (f" of {names[1]}" if len(names) > 1 else "")
+    for key, (kind, element) in read_key_types(architecture).items():
+        field = reader.fields.get(key)
+        if field is None:
+            continue
+        stored = [int(t) for t in field.types][:2]
+        expected = [kind] + ([element] if element is not None else [])
+        if stored != expected:
+            raise CheckpointError(f"{path}: metadata {key} is stored as {named(stored)}; "
+                                  f"llama.cpp reads it as {named(expected)} (spec "
+                                  "NVFP4-GGUF-2)")
+
+
 def _hf_names(gguf, fields: dict, reader, path) -> dict:
     """GGUF tensor name -> the Hugging Face name it was converted from: as this project's
     writer recorded it (two string arrays of one length, checked), else from gguf's tensor name
@@ -339,19 +359,8 @@ def _hf_names(gguf, fields: dict, reader, path) -> dict:
                                   "Face name belongs to which tensor is lost (spec NVFP4-GGUF-2)")
         return dict(zip(tensors, modules))
     architecture = fields.get("general.architecture")
-    arch = next((a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == architecture), None)
-    if arch is None:
+    if not isinstance(architecture, str):
         return {}
     blocks = fields.get(f"{architecture}.block_count", 0)
     blocks = blocks if isinstance(blocks, int) and 0 <= blocks < 1 << 16 else 0
-    name_map = gguf.get_tensor_name_map(arch, blocks)
-    reverse: dict = {}
-    for hf, (_, gguf_name) in name_map.mapping.items():
-        if hf.startswith(("model.", "lm_head")):
-            reverse.setdefault(gguf_name, hf)
-    out = {}
-    for tensor in reader.tensors:
-        base, dot, suffix = tensor.name.rpartition(".")
-        if base in reverse:
-            out[tensor.name] = f"{reverse[base]}{dot}{suffix}"
-    return out
+    return hugging_face_names(architecture, blocks, [t.name for t in reader.tensors])

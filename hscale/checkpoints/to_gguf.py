@@ -39,21 +39,16 @@ from hscale.files import check_target, replacing
 
 from hscale.reference.gguf_blocks import BLOCK, BLOCK_BYTES, to_gguf_blocks
 
-from .from_gguf import METADATA_NAME, add_fields, carried_fields, field_value, tensor_bytes
-from .gguf import (PREC_A4_KEY, PREC_NAMES_KEY, SOURCE_MODULES_KEY, SOURCE_TENSORS_KEY,
-                   GGUFCheckpoint, is_gguf_file, permuted_heads, require_gguf, rope_permute,
-                   rope_unpermute)
+from .from_gguf import add_fields, carried_fields, field_value, tensor_bytes
+from .gguf import GGUFCheckpoint, is_gguf_file, permuted_heads, require_gguf, rope_permute, \
+    rope_unpermute
+from .gguf_facts import (METADATA_NAME, PREC_A4_KEY, PREC_NAMES_KEY, REFUSED_BECAUSE,
+                         SCALE_APPLYING_ARCHITECTURES, SOURCE_MODULES_KEY, SOURCE_TENSORS_KEY,
+                         WRITTEN_MODEL_TYPES, block_count_key, head_count_key,
+                         llama_cpp_architecture, metadata_value, name_map,
+                         written_architectures)
 from .safetensors import CheckpointError
 from .stored import open_checkpoint, read_stored_linear
-
-#: Hugging Face model_type -> llama.cpp architecture, for the graphs that apply every .scale.
-ARCHITECTURES = {"llama": "llama", "mistral": "llama", "qwen3": "qwen3"}
-#: Why some common model types are refused (their llama.cpp graphs, llama-cpp-python 0.3.36).
-REFUSED_BECAUSE = {
-    "qwen2": "llama.cpp's qwen2 graph never multiplies the FFN by its .scale "
-             "(src/models/qwen2.cpp passes no ffn_*_s): its logits are NaN",
-    "bert": "llama.cpp's bert graph never multiplies the FFN by its .scale",
-}
 #: The placeholder vocabulary's special tokens (the seeded decoders' ByteTokenizer ids).
 PLACEHOLDER_SPECIALS = ("<unk>", "<s>", "</s>")
 
@@ -102,12 +97,10 @@ def convert_to_gguf(source, destination, *, force: bool = False, check=None,
     else:
         config = json.loads((source / "config.json").read_text())
         architecture, hparams = hyperparameters(config, source)
-    name_map = gguf.get_tensor_name_map(
-        next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == architecture),
-        hparams["block_count"])
-    plan = _plan(model, modules, detected.layout, name_map, architecture, hparams, source)
+    names = name_map(architecture, hparams["block_count"])
+    plan = _plan(model, modules, detected.layout, names, architecture, hparams, source)
     if raw_from is not None:
-        plan = _raw_plan(plan, Path(raw_from), gguf, architecture, hparams)
+        plan = _raw_plan(plan, raw_from, gguf, architecture, hparams)
 
     report = GGUFConversion(str(source), str(destination), detected.format, architecture)
     writer = gguf.GGUFWriter(None, architecture)
@@ -162,55 +155,66 @@ def check_destination(destination: Path, force: bool, argument: str = "DST") -> 
 
 def hyperparameters(config: dict, source: Path) -> tuple[str, dict]:
     """(llama.cpp architecture, the hyperparameters its loader reads) from config.json, or a
-    CheckpointError for a model llama.cpp would not run correctly from this file."""
+    CheckpointError for a model llama.cpp would not run correctly from this file (or a field
+    missing or of another type, named)."""
+    where = source / "config.json"
     model_type = config.get("model_type")
-    if model_type not in ARCHITECTURES:
+    if model_type not in WRITTEN_MODEL_TYPES:
         why = REFUSED_BECAUSE.get(model_type, "not one whose llama.cpp graph is known to apply "
                                               "every NVFP4 tensor's .scale")
         raise CheckpointError(
-            f"{source / 'config.json'}: model_type {model_type!r}: {why}; GGUF NVFP4 is written "
-            f"for {', '.join(sorted(ARCHITECTURES))} (spec NVFP4-GGUF-1)")
+            f"{where}: model_type {model_type!r}: {why}; GGUF NVFP4 is written for "
+            f"{', '.join(sorted(WRITTEN_MODEL_TYPES))} (spec NVFP4-GGUF-1)")
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    if not isinstance(rope, dict):
+        raise CheckpointError(f"{where}: rope_parameters is {type(rope).__name__}, not an object")
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type not in ("default", None):
-        raise CheckpointError(f"{source / 'config.json'}: rope_type {rope_type!r}: only the plain "
-                              "rotary embedding is written (no rope scaling)")
+        raise CheckpointError(f"{where}: rope_type {rope_type!r}: only the plain rotary "
+                              "embedding is written (no rope scaling)")
     if config.get("mlp_bias"):
-        raise CheckpointError(f"{source / 'config.json'}: mlp_bias: llama.cpp refuses a bias "
-                              "on an NVFP4 FFN weight with a .scale (llama-graph.cpp)")
-    heads = int(config["num_attention_heads"])
-    head_dim = int(config.get("head_dim") or config["hidden_size"] // heads)
-    theta = rope.get("rope_theta", config.get("rope_theta", 10000.0))
-    return ARCHITECTURES[model_type], {
-        "context_length": int(config.get("max_position_embeddings", 2048)),
-        "embedding_length": int(config["hidden_size"]),
-        "block_count": int(config["num_hidden_layers"]),
-        "feed_forward_length": int(config["intermediate_size"]),
+        raise CheckpointError(f"{where}: mlp_bias: llama.cpp refuses a bias on an NVFP4 FFN "
+                              "weight with a .scale (llama-graph.cpp)")
+
+    def field(key, kind="a positive integer", default=None, values=config):
+        return metadata_value(values, key, kind, where, default)
+    heads, hidden = field("num_attention_heads"), field("hidden_size")
+    # null (or absent) where the model uses the default: hidden_size / heads
+    derived = {"head_dim": config.get("head_dim") or hidden // heads,
+               "num_key_value_heads": config.get("num_key_value_heads") or heads,
+               "rope_theta": rope.get("rope_theta", config.get("rope_theta", 10000.0))}
+    return llama_cpp_architecture(model_type), {
+        "context_length": field("max_position_embeddings", default=2048),
+        "embedding_length": hidden,
+        "block_count": field("num_hidden_layers"),
+        "feed_forward_length": field("intermediate_size"),
         "head_count": heads,
-        "head_count_kv": int(config.get("num_key_value_heads") or heads),
-        "head_dim": head_dim,
-        "rope_freq_base": float(theta),
-        "rms_norm_eps": float(config.get("rms_norm_eps", 1e-6)),
-        "vocab_size": int(config["vocab_size"]),
+        "head_count_kv": field("num_key_value_heads", values=derived),
+        "head_dim": field("head_dim", values=derived),
+        "rope_freq_base": float(field("rope_theta", "a number", values=derived)),
+        "rms_norm_eps": float(field("rms_norm_eps", "a number", default=1e-6)),
+        "vocab_size": field("vocab_size"),
     }
 
 
 def _carried_hyperparameters(carried: list[dict], source: Path) -> tuple[str, dict]:
     """(llama.cpp architecture, what the plan needs) from the header a checkpoint carries
     from its source GGUF, or a CheckpointError for an architecture whose graph does not apply
-    every .scale."""
+    every .scale, or a key the plan reads missing or of another type."""
+    where = source / METADATA_NAME
     architecture = field_value(carried, "general.architecture")
-    if architecture not in set(ARCHITECTURES.values()):
+    if architecture not in SCALE_APPLYING_ARCHITECTURES:
         raise CheckpointError(
-            f"{source / METADATA_NAME}: general.architecture {architecture!r}: not one whose "
-            "llama.cpp graph is known to apply every NVFP4 tensor's .scale; GGUF NVFP4 is "
-            f"written for {', '.join(sorted(set(ARCHITECTURES.values())))} (spec NVFP4-GGUF-1)")
-    heads = field_value(carried, f"{architecture}.attention.head_count")
+            f"{where}: general.architecture {architecture!r}: not one whose llama.cpp graph is "
+            "known to apply every NVFP4 tensor's .scale; GGUF NVFP4 is written for "
+            f"{', '.join(written_architectures())} (spec NVFP4-GGUF-1)")
+    heads = metadata_value(carried, head_count_key(architecture), "a positive integer", where)
     return architecture, {
-        "block_count": int(field_value(carried, f"{architecture}.block_count")),
-        "head_count": int(heads),
-        "head_count_kv": int(field_value(carried, f"{architecture}.attention.head_count_kv",
-                                         heads))}
+        "block_count": metadata_value(carried, block_count_key(architecture),
+                                      "a positive integer", where),
+        "head_count": heads,
+        "head_count_kv": metadata_value(carried, head_count_key(architecture, kv=True),
+                                        "a positive integer", where, default=heads)}
 
 
 def _add_hyperparameters(writer, gguf, name: str, hparams: dict) -> None:
@@ -288,7 +292,7 @@ def _placeholder_vocabulary(gguf, vocab_size: int):
     return tokens, [0.0] * vocab_size, types
 
 
-def _plan(model, modules: dict, layout, name_map, architecture: str, hparams: dict,
+def _plan(model, modules: dict, layout, names, architecture: str, hparams: dict,
           source: Path) -> list[dict]:
     """The tensors of the file, in the source's order: for each quantized Linear its NVFP4
     tensor and its .scale, for every other tensor itself; each with its GGUF name, shape, type
@@ -303,14 +307,14 @@ def _plan(model, modules: dict, layout, name_map, architecture: str, hparams: di
         if module is not None:
             if name != layout.tensor_names(module)["packed"]:
                 continue  # the scale bytes and global scale go with the packed codes
-            gguf_name = name_map.get_name(f"{module}.weight", try_suffixes=(".weight",))
+            gguf_name = names.get_name(f"{module}.weight", try_suffixes=(".weight",))
             if gguf_name is None:
                 unmapped.append(f"{module}.weight")
                 continue
             plan += _quantized_entries(model, layout, module, gguf_name,
                                        permuted_heads(architecture, gguf_name, fields), gguf)
             continue
-        gguf_name = name_map.get_name(name, try_suffixes=(".weight", ".bias"))
+        gguf_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
         if gguf_name is None:
             unmapped.append(name)
             continue
@@ -401,8 +405,8 @@ def _verify(path: Path, model, layout, plan: list[dict]) -> None:
             same = after.shape == before.shape and np.array_equal(
                 after.astype(np.float32), before.astype(np.float32))
         elif entry["kind"] == "raw":
-            if stored is None:
-                stored = {t.name: t for t in require_gguf().GGUFReader(path).tensors}
+            if stored is None:  # the same read of the written file
+                stored = {t.name: t for t in written.reader.tensors}
             same = _same_raw(entry, stored[entry["gguf"]], model)
         else:
             continue
@@ -412,15 +416,18 @@ def _verify(path: Path, model, layout, plan: list[dict]) -> None:
                                "was written)")
 
 
-def _raw_plan(plan: list[dict], path: Path, gguf, architecture: str, hparams: dict
+def _raw_plan(plan: list[dict], source, gguf, architecture: str, hparams: dict
               ) -> list[dict]:
-    """The tensors of the file when the checkpoint was quantized from the GGUF model ``path``:
-    the source's tensors in its order, each quantized Linear's NVFP4 tensor and .scale in place
-    of its weight, every other tensor copied as stored (its ggml type and bytes: a Q8_0
-    embedding stays Q8_0, so llama.cpp runs it as it ran the source)."""
-    reader = gguf.GGUFReader(path)
-    fields = {f"{architecture}.attention.head_count": hparams["head_count"],
-              f"{architecture}.attention.head_count_kv": hparams["head_count_kv"]}
+    """The tensors of the file when the checkpoint was quantized from the GGUF model ``source``
+    (its path, or the ``GGUFModel`` the run read, whose one read serves here too): the source's
+    tensors in its order, each quantized Linear's NVFP4 tensor and .scale in place of its
+    weight, every other tensor copied as stored (its ggml type and bytes: a Q8_0 embedding stays
+    Q8_0, so llama.cpp runs it as it ran the source)."""
+    from .gguf_file import GGUFFile
+    file = getattr(source, "file", None) or GGUFFile(source)
+    path = file.path
+    fields = {head_count_key(architecture): hparams["head_count"],
+              head_count_key(architecture, kv=True): hparams["head_count_kv"]}
     quantized: dict = {}
     plain = {e["gguf"]: e for e in plan if e["kind"] == "plain"}
     for entry in plan:
@@ -430,15 +437,16 @@ def _raw_plan(plan: list[dict], path: Path, gguf, architecture: str, hparams: di
         elif entry["kind"] == "scale":
             quantized[last].append(entry)
     out = []
-    for tensor in reader.tensors:
+    for tensor in file.tensors:
         if tensor.name in quantized:
             out += quantized.pop(tensor.name)
             continue
         known = plain.pop(tensor.name, None)
-        data = np.asarray(tensor.data)
+        data = file.raw(tensor)
         out.append({"kind": "raw", "hf": known["hf"] if known else tensor.name,
                     "gguf": tensor.name, "shape": data.shape, "numpy": data.dtype.str,
-                    "nbytes": int(tensor.n_bytes), "raw": tensor.tensor_type,
+                    "nbytes": tensor.nbytes,
+                    "raw": gguf.GGMLQuantizationType(tensor.ggml_type),
                     "data": lambda data=data: data, "stored": data,
                     "heads": permuted_heads(architecture, tensor.name, fields),
                     "compare": known is not None})

@@ -1,8 +1,17 @@
-"""The hscale command: quantize a model into a checkpoint engines load (quantize, with its
-calibration on its own: calibrate), quantize a layer with RTN, scale-only and H-Scale side by
-side (demo), time the backends against the reference (bench), certify a backend against the
-spec (conform), generate, verify and check the golden test vectors (vectors), and print the
-shipped documentation (docs). Every command and its exit codes: hscale docs cli.
+"""The hscale command, one sub-command per job:
+
+  quantize   a model (a Hugging Face directory or a GGUF file) into an NVFP4 checkpoint engines
+             load; calibrate: its calibration on its own (h, and H with --full)
+  check      an NVFP4 checkpoint made by any tool, against the spec (and its original)
+  convert    a checkpoint between compressed-tensors and ModelOpt, or to GGUF NVFP4, losslessly
+  eval       a model's perplexity on a text, and its KL divergence from the original
+  demo       one layer quantized with RTN, scale-only and H-Scale side by side
+  report     the paper's analyses, and H-Scale against the installed libraries' searches
+  bench      the backends' throughput and peak memory against the reference
+  interop    the real NVFP4 libraries through the conformance suite
+  conform    a backend certified against the spec (the conformance suite and its certificate)
+  vectors    the golden test vectors: generate, verify, check, explain
+  docs       the shipped documentation; every command and its exit codes: hscale docs cli
 
 Exit codes: 0 success; 1 the work ran and found a difference (a mismatch, vectors that drifted,
 a result that does not conform); 2 a user error (a bad argument, an input that cannot be read,

@@ -38,7 +38,7 @@ def add_parser(commands) -> None:
         description="Perplexity of a causal language model (a Hugging Face directory, a "
                     "compressed-tensors or ModelOpt NVFP4 checkpoint, or a GGUF file) on a "
                     "text, and with --original its token-level KL divergence from the "
-                    "original model, each with a 95%% interval over windows of the text "
+                    "original model, each with a 95% interval over windows of the text "
                     "(docs/cli.md, docs/results.md).")
     parser.add_argument("model", metavar="MODEL",
                         help="a model directory, an NVFP4 checkpoint directory, or a .gguf "

@@ -95,7 +95,7 @@ def add_parsers(commands) -> None:
     from hscale.checkpoints.layout_base import SCHEMES
     from hscale.pipelines import AUTO_BACKEND, AUTO_BACKEND_RULE, PIPELINES
     from hscale.reference.gptq import DEFAULT_BLOCK_SIZE, DEFAULT_DAMP
-    from hscale.reference.validation import MODEL_METHODS as METHODS
+    from hscale.reference.methods import METHOD_NAMES as METHODS
     quantize = commands.add_parser(
         "quantize", help="quantize a Hugging Face model into an NVFP4 checkpoint engines load "
                          "(default: the bundled all-MiniLM-L6-v2)",

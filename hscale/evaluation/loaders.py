@@ -2,7 +2,7 @@
 
 | the path | route (``--loader auto``) |
 |---|---|
-| a GGUF file | llama.cpp (llama-cpp-python), the engine GGUF is made for; with ``--engine transformers`` transformers' own GGUF reading, dequantized to float32 (``hscale.models.gguf_source``; not an NVFP4 file, whose ``.scale`` it would not apply) |
+| a GGUF file | llama.cpp (llama-cpp-python), the engine GGUF is made for; with ``--engine transformers`` the kit's GGUF route (``hscale.checkpoints.gguf_source``: gguf's dequantizer tensor by tensor, transformers' names and config; float32; not an NVFP4 file, whose ``.scale`` it would not apply) |
 | a Hugging Face model directory | transformers, float32 |
 | a compressed-tensors NVFP4 checkpoint (dense) | transformers + compressed-tensors, decompressed on load (``CompressedTensorsConfig(dequantize=True)``), then cast to float32: its weights are the spec's rounded to bfloat16 (docs/checkpoints.md) |
 | a compressed-tensors MoE checkpoint, any ModelOpt checkpoint, or ``--loader kit`` | the kit's decoding (NVFP4-DEQ-1, float32) handed to transformers as an unquantized state dict (``hscale.evaluation.decoded``): transformers drops each expert's global scale (#48371) and cannot run ModelOpt NVFP4 on a CPU |
@@ -24,7 +24,8 @@ from hscale.checkpoints import CheckpointError, detect_format
 from hscale.checkpoints.gguf import is_gguf_file
 from hscale.models.loading import quiet_transformers, require
 
-from .runners import LlamaCppRunner, TransformersRunner, package_version
+from .runners import (LlamaCppRunner, TransformersRunner, added_bos, llama_cpp_bos,
+                      llama_cpp_tokens, package_version)
 
 #: ``--engine``: what runs a GGUF file.
 ENGINES = ("auto", "llama.cpp", "transformers")
@@ -76,38 +77,82 @@ def identify(path, option: str) -> ModelPath:
 
 def _check_gguf_model(path: Path, option: str) -> None:
     """A readable GGUF file whose ``general.type`` (where it says one) is a model (not, say, an
-    importance matrix)."""
-    from hscale.checkpoints.gguf import require_gguf
+    importance matrix): its header alone, read from a memory map in a fraction of a second."""
+    from hscale.checkpoints.gguf_facts import TYPE_KEY
+    from hscale.checkpoints.gguf_file import GGUFFile, GGUFFileError
     try:
-        gguf = require_gguf()
-        reader = gguf.GGUFReader(path)
-    except CheckpointError as exc:
-        raise ValueError(f"{option} {path}: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - gguf's reader fails in many ways on bad bytes
-        raise ValueError(f"{option} {path}: not a readable GGUF file ({type(exc).__name__}: "
-                         f"{exc})") from None
-    kind = reader.fields.get("general.type")
-    if kind is not None and str(kind.contents()) != "model":
-        raise ValueError(f"{option} {path}: general.type is {str(kind.contents())!r}, not a "
-                         "model")
+        header = GGUFFile(path)
+    except GGUFFileError as exc:
+        raise ValueError(f"{option} {exc}") from None
+    try:
+        kind = header.value(TYPE_KEY)
+    finally:
+        header.close()
+    if kind is not None and kind != "model":
+        raise ValueError(f"{option} {path}: general.type is {kind!r}, not a model")
 
 
 def gguf_engine(model: ModelPath, engine: str) -> str:
     """The engine a GGUF file runs in: llama.cpp unless ``--engine transformers``, whose GGUF
-    reading must be able to read it (``hscale.models.gguf_source``: not an NVFP4 file, whose
+    reading must be able to read it (``hscale.checkpoints.gguf_source``: not an NVFP4 file, whose
     ``.scale`` it would not apply; an architecture it knows), said before any work."""
     if engine not in ENGINES:
         raise ValueError(f"--engine {engine!r}: one of {', '.join(ENGINES)}")
     if engine != "transformers":
         return "llama.cpp"
-    from hscale.models.gguf_source import read_gguf_header
+    from hscale.checkpoints.gguf_source import read_gguf_header
     read_gguf_header(model.path)
     return "transformers"
 
 
+@dataclass(frozen=True)
+class TextTokenizer:
+    """A model's tokenizer loaded without the model (``open_tokenizer``): the token ids of a
+    text as the model's runner cuts it, the BOS id it puts first (None: none), and the
+    transformers tokenizer itself where one was loaded (its runner reuses it)."""
+
+    tokens: list
+    bos: int | None
+    max_context: int | None  # the positions the model was trained for (None: not said)
+    transformers_tokenizer: object = None
+
+
+def open_tokenizer(model: ModelPath, engine: str, text: str) -> TextTokenizer:
+    """``text`` cut into tokens by ``model``'s own tokenizer, loaded alone (a GGUF file in
+    llama.cpp: its vocabulary only, ``vocab_only``; anything in transformers: its tokenizer),
+    so that windows are known, and a text too short for them refused, before any model is
+    loaded. The same tokenizer its runner uses (``open_runner``), so the tokens are the run's."""
+    if model.kind == "gguf" and engine == "llama.cpp":
+        llama_cpp = require("llama_cpp", "engines")
+        vocabulary = llama_cpp.Llama(str(model.path), vocab_only=True, verbose=False)
+        try:
+            return TextTokenizer(llama_cpp_tokens(vocabulary, text), llama_cpp_bos(vocabulary),
+                                 int(vocabulary._model.n_ctx_train()) or None)
+        finally:
+            vocabulary.close()
+    require("transformers")
+    if model.kind == "gguf":
+        from hscale.checkpoints.gguf_source import load_gguf_tokenizer
+        tokenizer, max_context = load_gguf_tokenizer(model.path), None
+    else:
+        tokenizer, max_context = _tokenizer(model.path), _trained_positions(model.path)
+    runner_tokens = TransformersRunner.tokens_of(tokenizer, text)
+    return TextTokenizer(runner_tokens, added_bos(tokenizer), max_context, tokenizer)
+
+
+def _trained_positions(directory: Path) -> int | None:
+    """The positions a model directory's config says it was trained for (what its runner's
+    ``max_context`` will be), read from config.json alone."""
+    import transformers
+    with quiet_transformers():
+        config = transformers.AutoConfig.from_pretrained(directory)
+    return getattr(config.get_text_config(), "max_position_embeddings", None)
+
+
 def open_runner(model: ModelPath, *, context: int, engine: str = "auto", loader: str = "auto",
-                activations: str = "auto", threads: int | None = None):
-    """The runner of ``model`` (see the module docstring)."""
+                activations: str = "auto", threads: int | None = None, tokenizer=None):
+    """The runner of ``model`` (see the module docstring); ``tokenizer``: its transformers
+    tokenizer where ``open_tokenizer`` loaded it already."""
     if model.kind == "gguf" and gguf_engine(model, engine) == "llama.cpp":
         return LlamaCppRunner(model.path, context, threads)
     require("transformers")
@@ -115,8 +160,8 @@ def open_runner(model: ModelPath, *, context: int, engine: str = "auto", loader:
         import torch
         torch.set_num_threads(threads)
     if model.kind == "gguf":
-        return _transformers_gguf(model)
-    tokenizer = _tokenizer(model.path)
+        return _transformers_gguf(model, tokenizer)
+    tokenizer = tokenizer if tokenizer is not None else _tokenizer(model.path)
     if model.kind == "model":
         return TransformersRunner(_plain_model(model.path), tokenizer,
                                   {"route": "from_pretrained, float32"})
@@ -214,12 +259,13 @@ def _library_bars_off():
         yield
 
 
-def _transformers_gguf(model: ModelPath):
-    """A GGUF file through transformers' own GGUF reading, dequantized to float32 (the kit's
-    one GGUF route, ``hscale.models.gguf_source``)."""
-    from hscale.models.gguf_source import load_gguf_model
+def _transformers_gguf(model: ModelPath, tokenizer=None):
+    """A GGUF file in transformers, dequantized to float32 by the kit's one GGUF route
+    (``hscale.checkpoints.gguf_source``)."""
+    from hscale.checkpoints.gguf_source import load_gguf_model
     loaded = load_gguf_model(model.path, "float32")
     types = ", ".join(f"{n} {k}" for k, n in sorted(loaded.header.tensor_types.items()))
-    return TransformersRunner(loaded.model, loaded.tokenizer,
-                              {"route": "transformers' GGUF loading (gguf.dequantize), float32",
+    return TransformersRunner(loaded.model, tokenizer or loaded.tokenizer,
+                              {"route": "gguf's dequantizer tensor by tensor, in transformers' "
+                                        "model, float32",
                                "gguf": package_version("gguf"), "tensor_types": types})

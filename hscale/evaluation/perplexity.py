@@ -12,8 +12,9 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
-from .loaders import ACTIVATIONS, LOADERS, ModelPath, gguf_engine, identify, open_runner
-from .text import SCORED, cut_windows, evaluation_text, text_facts
+from .loaders import (ACTIVATIONS, LOADERS, ModelPath, gguf_engine, identify, open_runner,
+                      open_tokenizer)
+from .text import SCORED, Windows, cut_windows, evaluation_text, text_facts
 
 #: What ``hscale eval`` writes as ``command`` in its JSON.
 COMMAND = "hscale eval"
@@ -39,17 +40,22 @@ class EvalRequest:
 
 @dataclass(frozen=True)
 class CheckedRequest:
-    """A request whose paths and options were checked, and the text it is evaluated on."""
+    """A request whose paths and options were checked, the text it is evaluated on, and its
+    windows: the text cut by MODEL's own tokenizer, loaded without the model."""
 
     request: EvalRequest
     model: ModelPath
     original: ModelPath | None
     text: str
+    tokens: tuple  # the text's tokens (no special token), by MODEL's tokenizer
+    windows: Windows
+    tokenizer: object = None  # MODEL's transformers tokenizer, for its runner (None: llama.cpp)
 
 
 def check_eval_request(request: EvalRequest) -> CheckedRequest:
-    """Every option checked, the model paths identified and the text read, before any model is
-    loaded: one ValueError naming the option otherwise."""
+    """Every option checked, the model paths identified, the text read and cut into windows by
+    MODEL's tokenizer (a text shorter than one window, or than --windows asks, refused), before
+    any model is loaded: one ValueError naming the option otherwise."""
     for option, value, least in (("--context", request.context, 2),
                                  ("--windows", request.windows, 1),
                                  ("--threads", request.threads, 1)):
@@ -78,7 +84,12 @@ def check_eval_request(request: EvalRequest) -> CheckedRequest:
         raise ValueError(f"--loader library: MODEL {model.path} is a {model.label}; only a "
                          "compressed-tensors checkpoint has a library loader that runs on a CPU")
     text = evaluation_text(request.data, request.text_field)
-    return CheckedRequest(request, model, original, text)
+    tokenizer = open_tokenizer(model, engine, text)
+    _check_context(tokenizer, request.context, "MODEL", model.path)
+    windows = cut_windows(tokenizer.tokens, request.context, request.windows, tokenizer.bos,
+                          request.scored)
+    return CheckedRequest(request, model, original, text, tuple(tokenizer.tokens), windows,
+                          tokenizer.transformers_tokenizer)
 
 
 def _require(module: str, message: str) -> None:
@@ -87,9 +98,11 @@ def _require(module: str, message: str) -> None:
         raise ValueError(message)
 
 
-def _check_context(runner, context: int, option: str, path) -> None:
-    if runner.max_context is not None and context > runner.max_context:
-        raise ValueError(f"--context {context}: more than the {runner.max_context} positions "
+def _check_context(model, context: int, option: str, path) -> None:
+    """``--context`` within the positions ``model`` (its runner, or its tokenizer's facts) was
+    trained for."""
+    if model.max_context is not None and context > model.max_context:
+        raise ValueError(f"--context {context}: more than the {model.max_context} positions "
                          f"{option} {path} was trained for")
 
 
@@ -99,14 +112,11 @@ def evaluate(checked: CheckedRequest, log=print) -> dict:
     seconds = {}
     runner = open_runner(checked.model, context=request.context, engine=request.engine,
                          loader=request.loader, activations=request.activations,
-                         threads=request.threads)
+                         threads=request.threads, tokenizer=checked.tokenizer)
     reference = None
     try:
         seconds["load"] = time.perf_counter() - started
-        _check_context(runner, request.context, "MODEL", checked.model.path)
-        tokens = runner.tokenize(checked.text)
-        windows = cut_windows(tokens, request.context, request.windows, runner.bos,
-                              request.scored)
+        tokens, windows = list(checked.tokens), checked.windows
         original = None
         if checked.original is not None:
             mark = time.perf_counter()

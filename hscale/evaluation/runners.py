@@ -53,12 +53,17 @@ class TransformersRunner(Runner):
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.max_context = getattr(model.config.get_text_config(), "max_position_embeddings",
                                    None)
-        self.bos = _added_bos(tokenizer)
+        self.bos = added_bos(tokenizer)
 
     def tokenize(self, text: str) -> list[int]:
+        return self.tokens_of(self.tokenizer, text)
+
+    @staticmethod
+    def tokens_of(tokenizer, text: str) -> list[int]:
+        """How a transformers tokenizer cuts a text for the model: no special tokens."""
         from hscale.models.loading import quiet_transformers
         with quiet_transformers():  # "sequence longer than the model's maximum" is expected
-            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def logits(self, ids: np.ndarray):
         import torch
@@ -72,7 +77,7 @@ class TransformersRunner(Runner):
         self.hooks = []
 
 
-def _added_bos(tokenizer) -> int | None:
+def added_bos(tokenizer) -> int | None:
     """The BOS id a Hugging Face tokenizer puts before a text, or None."""
     plain = tokenizer("a", add_special_tokens=False)["input_ids"]
     special = tokenizer("a")["input_ids"]
@@ -103,12 +108,10 @@ class LlamaCppRunner(Runner):
                       "threads": self.llm.n_threads}
         self.vocab_size = int(self.llm.n_vocab())
         self.max_context = int(model.n_ctx_train()) or None
-        self.bos = int(self.llm.token_bos()) if model.add_bos_token() else None
+        self.bos = llama_cpp_bos(self.llm)
 
     def tokenize(self, text: str) -> list[int]:
-        return list(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
-
-
+        return llama_cpp_tokens(self.llm, text)
 
     def logits(self, ids: np.ndarray):
         import torch
@@ -119,6 +122,17 @@ class LlamaCppRunner(Runner):
 
     def close(self) -> None:
         self.llm.close()
+
+
+def llama_cpp_tokens(llm, text: str) -> list[int]:
+    """How a llama-cpp-python ``Llama`` (the whole model, or its vocabulary alone) cuts a text:
+    no BOS, special tokens read as text."""
+    return list(llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+
+def llama_cpp_bos(llm) -> int | None:
+    """The BOS id llama.cpp puts before a text of this model, or None."""
+    return int(llm.token_bos()) if llm._model.add_bos_token() else None
 
 
 def _file_type(value) -> str | None:

@@ -143,6 +143,25 @@ def write_json(path, document, argument: str = "--out") -> Path | str:
 # a directory: hidden while being written, renamed when complete
 # --------------------------------------------------------------------------------------------
 
+def check_output_directory(target: Path, force: bool = False, argument: str = "--out") -> Path:
+    """That a directory can be written at ``target`` (``OutputDirectory``'s rules: never onto a
+    link or a file, an existing one only with ``force``, in a directory that exists), said
+    before any work; returns its parent."""
+    target = Path(target)
+    if target.is_symlink():
+        raise OutputError(f"{argument} {target}: is a symbolic link; refusing to replace it "
+                          "(name the directory it points to)")
+    if target.exists() and not target.is_dir():
+        raise OutputError(f"{argument} {target}: exists and is not a directory")
+    if target.exists() and not force:
+        raise OutputError(f"{target} exists; choose another {argument} or pass --force to "
+                          "replace it")
+    parent = target.absolute().parent
+    if not parent.is_dir():
+        raise OutputError(f"{parent}: no such directory (the parent of {argument})")
+    return parent
+
+
 class OutputDirectory:
     """A directory written under a hidden temporary name beside ``target``
     (``.NAME.partial-PID-TOKEN``) and renamed to ``target`` by ``commit()``; ``abort()`` (or an
@@ -152,17 +171,7 @@ class OutputDirectory:
 
     def __init__(self, target, force: bool = False, argument: str = "--out"):
         self.target = Path(target)
-        if self.target.is_symlink():
-            raise OutputError(f"{argument} {self.target}: is a symbolic link; refusing to "
-                              "replace it (name the directory it points to)")
-        if self.target.exists() and not self.target.is_dir():
-            raise OutputError(f"{argument} {self.target}: exists and is not a directory")
-        if self.target.exists() and not force:
-            raise OutputError(f"{self.target} exists; choose another {argument} or pass "
-                              "--force to replace it")
-        parent = self.target.absolute().parent
-        if not parent.is_dir():
-            raise OutputError(f"{parent}: no such directory (the parent of {argument})")
+        parent = check_output_directory(self.target, force, argument)
         _remove_stale_partials(parent, self.target.name)
         self.path = parent / hidden_name(self.target.name,
                                          f"partial-{os.getpid()}-{secrets.token_hex(4)}")

@@ -38,7 +38,7 @@ from hscale.reference.initial_scale import FOUR_OVER_SIX_TOPS, TOP_MAGNITUDE
 
 from . import independent
 from .cases import Case, Rejection
-from .findings import Finding, fp32_hex, plural
+from .findings import Finding, fp32_hex
 from .profiles import EXACT, FORMAT, check_profile
 
 #: Differences analysed in detail per kind; the rest are counted.
@@ -673,10 +673,3 @@ def group_context(case: Case, r: int, i: int) -> str:
     if case.method == "hscale" and case.hessian_diag is not None:
         lines.append("h = [" + ", ".join(repr(float(v)) for v in case.group_h(i)) + "]")
     return "\n".join("      " + line for line in lines)
-
-
-def summary_line(diagnosis: Diagnosis) -> str:
-    counts = Counter(f.clause for f in diagnosis.findings) + diagnosis.unlisted
-    if not counts:
-        return "conforms"
-    return "; ".join(f"{clause}: {plural(n, 'finding')}" for clause, n in counts.items())

@@ -491,8 +491,8 @@ def _judge_element_codes(judge: _Judge, chunk: _Chunk, sg: float, good, sign_onl
     bad = (chunk.codes != want) & (good | sign_only)[:, None]
     if bad.any():
         near_band = NEAR if ({"reciprocal-multiply", "reciprocal-global-scale"} & judge.allow) else 0.0
-        _judge_codes(bad, w, want, chunk.codes, s_obs, sign_only, near_band, judge.allow,
-                     judge.cert, judge.add, chunk.where, max(64, judge.limit), exact_reciprocal)
+        _judge_codes(judge, chunk, _CodeMismatches(bad, want, s_obs, sign_only, near_band,
+                                                   exact_reciprocal))
 
 
 def _judge_packing(judge: _Judge, codes, packed) -> None:
@@ -556,11 +556,31 @@ def _power_of_two(x) -> np.ndarray:
     return mantissa == 0.5
 
 
-def _judge_codes(bad, w, want, got, s_obs, zero, band, allow, cert, add, where, cap=64,
-                 exact_reciprocal=None):
+@dataclass(frozen=True)
+class _CodeMismatches:
+    """A chunk's codes that differ from the rounding at the observed bytes, and what judging
+    them needs: ``bad`` (G, 16) the differing elements, ``want`` the codes expected, ``s_obs``
+    (G,) each group's observed scale, ``zero`` (G,) the groups judged by sign only (zero
+    groups), ``band`` the relative band of a reciprocal multiply's rounding (0: none),
+    ``exact_reciprocal`` (G,) the groups where that band does not apply (its arithmetic is
+    exact there)."""
+
+    bad: np.ndarray
+    want: np.ndarray
+    s_obs: np.ndarray
+    zero: np.ndarray
+    band: float
+    exact_reciprocal: np.ndarray | None = None
+
+
+def _judge_codes(judge: _Judge, chunk: _Chunk, mismatches: _CodeMismatches) -> None:
     """Classify code mismatches (vectorised), count allowances, report the rest (the first
-    ``cap`` of each kind listed, the others counted). ``exact_reciprocal`` (per group): the
-    band of a reciprocal multiply does not apply there (its arithmetic is exact)."""
+    max(64, the judge's limit) of each kind listed, the others counted)."""
+    bad, w, want, got = mismatches.bad, chunk.w, mismatches.want, chunk.codes
+    s_obs, zero, band = mismatches.s_obs, mismatches.zero, mismatches.band
+    exact_reciprocal = mismatches.exact_reciprocal
+    allow, cert, add, where, cap = judge.allow, judge.cert, judge.add, chunk.where, \
+        max(64, judge.limit)
     exp = want.astype(np.int64)
     obs = got.astype(np.int64)
     remaining = bad.copy()

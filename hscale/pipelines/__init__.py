@@ -20,7 +20,8 @@ from hscale.reference import (DEFAULT_SCALE_CEILING, FOUR_OVER_SIX_SCALE_CEILING
                               gptq_quantize)
 from hscale.reference.constants import DEFAULT_K, DEFAULT_U
 from hscale.reference.gptq import DEFAULT_BLOCK_SIZE, DEFAULT_DAMP, inverse_cholesky_factor
-from hscale.reference.validation import MODEL_METHODS
+from hscale.reference.methods import METHOD_NAMES
+from hscale.reference.validation import method_named
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,12 @@ class Pipeline:
     rederivable: bool  # codes are the rounding at the stored bytes (NVFP4-E2M1-2)
     summary: str
 
+    @property
+    def initial_bytes_are_rtns(self) -> bool:
+        """Its initial bytes are RTN's (max-abs, NVFP4-INIT-1) and its codes the rounding at
+        the bytes: so RTN at the same s_g is the result's initial bytes and their codes."""
+        return self.init == "maxabs" and self.rederivable
+
 
 PIPELINES = {p.name: p for p in (
     Pipeline("rtn", "maxabs", DEFAULT_SCALE_CEILING, False, True, "max-abs init"),
@@ -42,7 +49,7 @@ PIPELINES = {p.name: p for p in (
 )}
 #: The order in which ``hscale check`` tries methods on each init: the plain rule first.
 RECIPE_METHODS = ("rtn", "hscale", "scale-only", "hscale-block")
-assert set(RECIPE_METHODS) == set(MODEL_METHODS)
+assert set(RECIPE_METHODS) == set(METHOD_NAMES)
 #: (method, init, scale ceiling) of every way a stored layer can be re-derived, in the order
 #: tried; one per distinct (init, C) of the re-derivable pipelines.
 RECIPES = tuple(dict.fromkeys(
@@ -103,7 +110,7 @@ def quantize_weight(weight, hessian_diag=None, *, pipeline="rtn", method="hscale
                              damp=damp, block_size=block_size, act_order=act_order,
                              static_groups=static_groups, group_quantizer=group_quantizer,
                              inverse_factor=inverse_factor)
-    statistic = hessian_diag if method in ("hscale", "hscale-block") else None  # h, or blocks
+    statistic = hessian_diag if method_named(method).reads_statistics else None  # h, blocks
     return quantizer.quantize(weight, statistic, method=method,
                               init=chosen.init, K=K, U=U, scale_ceiling=chosen.scale_ceiling,
                               global_scale=global_scale)

@@ -17,7 +17,7 @@ from hscale.models.loading import quiet_transformers
 
 from .plan import plan_layers
 from .request import QuantizeRequest, check_calibration_data, check_device
-from .source import check_source, source_directory
+from .source import check_source
 
 
 def calibration_texts(request: QuantizeRequest) -> list[str]:
@@ -131,8 +131,8 @@ def calibrate_to_file(request: QuantizeRequest, path, *, full: bool, force: bool
             raise ValueError(f"--{name.replace('_', '-')} {value}: must be a positive integer")
     check_calibration_data(request)
     check_device(request.device)
-    check_source(request)
-    with source_directory(request) as directory:
+    source = check_source(request.model_dir)
+    with source.run_directory(path, progress=request.progress) as directory:
         return _calibrate_directory(path, directory, request, full)
 
 

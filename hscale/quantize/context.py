@@ -45,6 +45,8 @@ class RunContext:
     timings: dict = field(default_factory=dict)  # search / errors seconds (``quantize_layer``)
     batches: list | None = None  # the calibration batches (the block path)
     kept: KeptH = field(default_factory=lambda: KeptH(None, False))  # the h kept (H-Scale)
+    gguf_output: Any = None  # --format gguf: the file (source.GGUFOutput)
+    imatrix: Any = None  # --imatrix, read when the request was checked
 
     @property
     def quantized(self) -> list[LayerPlan]:

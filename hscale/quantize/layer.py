@@ -15,6 +15,7 @@ from hscale.checkpoints import layout_named
 from hscale.evaluation.quality import layer_quality, rounding_quality, shift_histogram
 from hscale.pipelines import PIPELINES, quantize_weight
 from hscale.reference import GROUP_SIZE, QuantizedWeight, compute_global_scale
+from hscale.reference.validation import method_named
 from hscale.reference.quantize import encode_groups
 from hscale.reference.validation import WEIGHT_DTYPES, check_weight_finite
 
@@ -51,12 +52,12 @@ def rtn_counterpart(weight, result, pipeline: str, backend):
     with the numpy reference only their codes are encoded; a fast backend quantizes RTN (3x
     faster than encoding in numpy), as the other pipelines, which start elsewhere, need."""
     chosen = PIPELINES[pipeline]
-    if result.method == "rtn" and chosen.init == "maxabs" and chosen.rederivable:
+    if method_named(result.method).keeps_initial_bytes and chosen.initial_bytes_are_rtns:
         return result
     if getattr(backend, "name", "numpy") != "numpy":  # a fast backend's RTN beats numpy's encode
         return backend.quantize(weight, method="rtn", init="maxabs",
                                 global_scale=result.global_scale)
-    if chosen.init == "maxabs" and chosen.rederivable and result.initial_bytes is not None:
+    if chosen.initial_bytes_are_rtns and result.initial_bytes is not None:
         rows, cols = weight.shape
         codes = np.empty((rows, cols), np.uint8)
         for r0 in range(0, rows, ROWS_PER_BLOCK):  # float64 copies of a block, not the layer
@@ -87,17 +88,18 @@ def quantize_layer(plan, weight, global_scale, request, backend, layout, h=None,
         global_scale = set_global_scale((plan.module,), lambda m: weight, layout,
                                         PIPELINES[request.pipeline].scale_ceiling)
     pipeline, method, note = request.pipeline, request.method, fallback
+    statistic = {"h": h, "blocks": blocks, None: None}[method_named(method).statistic]
     if PIPELINES[pipeline].needs_full_hessian and H is None:
         # GPTQ with H = I has no error feedback: it is the rtn pipeline (HSCALE-GPTQ-1)
-        pipeline, method = "rtn", ("scale-only" if method == "hscale" else method)
+        pipeline, method = "rtn", ("scale-only" if method_named(method).reads_h else method)
         note = (fallback or "no calibration token reached it") + ": GPTQ with H = I (no error " \
             f"feedback), method {method}"
-    elif (method == "hscale" and h is None) or (method == "hscale-block" and blocks is None):
+    elif method_named(method).reads_statistics and statistic is None:
         method = "scale-only"
         note = (fallback or "no calibration token reached it") + ": the scale-only search (h = 1)"
     try:
         result = quantize_weight(
-            weight, blocks if method == "hscale-block" else h, pipeline=pipeline,
+            weight, statistic, pipeline=pipeline,
             method=method, backend=backend, hessian=H, global_scale=global_scale,
             K=request.K, U=request.U, damp=request.damp,
             block_size=request.block_size, act_order=request.act_order,
@@ -119,8 +121,7 @@ def quantize_layer(plan, weight, global_scale, request, backend, layout, h=None,
     chosen = PIPELINES[pipeline]
     if request.no_report:  # --no-report: no errors against RTN, the chosen shifts only
         entry.update(shift_histogram(result))
-    elif H is None and chosen.rederivable and chosen.init == "maxabs" \
-            and result.initial_bytes is not None:
+    elif H is None and chosen.initial_bytes_are_rtns and result.initial_bytes is not None:
         # RTN's bytes are the result's initial bytes: both errors from the group objectives,
         # on the backend's own steps where it has them
         steps = getattr(backend, "layer_quantizer", None)

@@ -5,14 +5,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hscale.checkpoints import DEFAULT_MAX_SHARD_BYTES, FORMATS, CheckpointError, read_header
 from hscale.checkpoints.layout_base import SCHEMES
+from hscale.files import check_output_directory
 from hscale.models.architecture import DEFAULT_IGNORE
 from hscale.pipelines import pipeline_named
 from hscale.reference.constants import DEFAULT_K, DEFAULT_U
 from hscale.reference.gptq import DEFAULT_BLOCK_SIZE, DEFAULT_DAMP
-from hscale.reference.validation import MODEL_METHODS, check_choice
+from hscale.reference.validation import method_named
 
 
 @dataclass
@@ -83,16 +85,32 @@ def check_device(device) -> None:
                          "here")
 
 
-def check_request(request: QuantizeRequest):
-    """Every option checked before any work (one clear error each). Returns the backend it
-    checked, built once for the run (``hscale.backends.get`` of the resolved ``--backend``)."""
+@dataclass(frozen=True)
+class CheckedRequest:
+    """A request every refusal of which was given (``check_request``), with what checking it
+    read, once, for the run: the backend built, the model (a directory, or a GGUF model file
+    opened and its header read), the GGUF output (``--format gguf``), the importance matrix
+    (``--imatrix``)."""
+
+    request: QuantizeRequest
+    backend: Any
+    source: Any  # .source.ModelSource
+    gguf_output: Any = None  # .source.GGUFOutput, for --format gguf
+    imatrix: Any = None  # hscale.calibration.imatrix.Imatrix, for --imatrix
+
+
+def check_request(request: QuantizeRequest) -> CheckedRequest:
+    """Every refusal a user can get from the options, the GGUF header or the config, in one
+    line each, before any tensor is read (docs/quantize.md lists them; tests/quantize/
+    test_quantize_refusals.py walks the list). Returns the checked request."""
     from .source import GGUF_FORMAT, check_gguf_output, check_source
-    pipeline_named(request.pipeline)
-    check_choice("method", request.method, MODEL_METHODS)
+    from hscale.pipelines import pipeline_named as pipeline_of
+    chosen = pipeline_of(request.pipeline)
+    method = method_named(request.method)
     if request.format not in FORMATS + (GGUF_FORMAT,):
         raise ValueError(f"--format {request.format!r}: one of "
                          f"{', '.join(FORMATS + (GGUF_FORMAT,))}")
-    check_source(request)
+    source = check_source(request.model_dir)
     if request.scheme not in SCHEMES:
         raise ValueError(f"--scheme {request.scheme!r}: one of {', '.join(SCHEMES)}")
     if request.scheme == "w4a4" and request.hessian is not None:
@@ -106,18 +124,21 @@ def check_request(request: QuantizeRequest):
             raise ValueError(f"--{name.replace('_', '-')} {value!r}: must be a positive integer")
     if not (math.isfinite(request.damp) and request.damp >= 0):
         raise ValueError(f"--damp {request.damp!r}: must be finite and >= 0")
-    if request.method == "hscale-block" and request.pipeline == "gptq":
-        raise ValueError("--pipeline gptq --method hscale-block: GPTQ's sweep scores each group "
-                         "with h = diag(H) (spec HSCALE-GPTQ-1); use --method hscale")
+    if method.reads_blocks and chosen.needs_full_hessian:
+        raise ValueError(f"--pipeline {request.pipeline} --method {request.method}: GPTQ's sweep "
+                         "scores each group with h = diag(H) (spec HSCALE-GPTQ-1); use --method "
+                         "hscale")
     if request.no_report and request.report_errors:
         raise ValueError("--no-report with --report-errors: one asks for no per-layer errors, "
                          "the other for more of them; give one")
-    if request.static_groups and request.pipeline != "gptq":
+    if request.static_groups and not chosen.needs_full_hessian:
         raise ValueError("--static-groups: only the gptq pipeline has groups to fix up front")
-    if request.act_order and request.pipeline != "gptq":
+    if request.act_order and not chosen.needs_full_hessian:
         raise ValueError("--act-order: only the gptq pipeline has a column order")
-    if request.format == GGUF_FORMAT:
-        check_gguf_output(request)
+    gguf_output = check_gguf_output(request, source) if request.format == GGUF_FORMAT \
+        else None
+    check_output_directory(gguf_output.work_target if gguf_output is not None
+                           else Path(request.out), request.force)
     check_calibration_data(request)
     check_device(request.device)
     if request.calibration_dtype not in CALIBRATION_DTYPES:
@@ -125,8 +146,7 @@ def check_request(request: QuantizeRequest):
                          f"{', '.join(CALIBRATION_DTYPES)}")
     if request.sequential not in ("auto", "never"):
         raise ValueError(f"--sequential {request.sequential!r}: auto or never")
-    if request.imatrix is not None:
-        check_imatrix_request(request)
+    imatrix = check_imatrix_request(request) if request.imatrix is not None else None
     if request.hessian is not None:
         if not Path(request.hessian).is_file():
             raise ValueError(f"--hessian {request.hessian}: no such file")
@@ -141,7 +161,7 @@ def check_request(request: QuantizeRequest):
     ok, why = backend.available()
     if not ok:
         raise ValueError(f"--backend {request.backend}: not available here: {why}")
-    return backend
+    return CheckedRequest(request, backend, source, gguf_output, imatrix)
 
 
 def check_calibration_data(request: QuantizeRequest) -> None:
@@ -158,23 +178,27 @@ def check_calibration_data(request: QuantizeRequest) -> None:
         read_texts(request.calibration_text, request.text_field, request.samples)
 
 
-def check_imatrix_request(request: QuantizeRequest) -> None:
+def check_imatrix_request(request: QuantizeRequest):
     """``--imatrix``: a readable importance matrix (HSCALE-CAL-3), for what it can stand in
     for: h. Not with --hessian, nor where a forward pass must give more than h (W4A4's amax,
-    GPTQ's full H, hscale-block's 16 x 16 blocks)."""
+    GPTQ's full H, hscale-block's 16 x 16 blocks). Returns it, read (once: the run uses it)."""
     from hscale.calibration.imatrix import read_imatrix
+    method = method_named(request.method)
     needs = {"--scheme w4a4": request.scheme == "w4a4" and "each Linear's input amax",
-             "--pipeline gptq": request.pipeline == "gptq" and "the full H = X^T X",
-             "--method hscale-block": request.method == "hscale-block" and
+             f"--pipeline {request.pipeline}": pipeline_named(request.pipeline).needs_full_hessian
+             and "the full H = X^T X",
+             f"--method {request.method}": method.reads_blocks and
              "the diagonal 16 x 16 blocks of X^T X",
              "--hessian": request.hessian is not None and "h a second time"}
     for option, what in needs.items():
         if what:
             raise ValueError(f"--imatrix with {option}: that needs {what}, which an importance "
                              "matrix (the sums of x^2 per input column) does not hold")
-    read_imatrix(request.imatrix)
+    return read_imatrix(request.imatrix)
 
 
 def needs_calibration(request: QuantizeRequest) -> bool:
-    return (request.method in ("hscale", "hscale-block") or request.pipeline == "gptq"
-            or request.scheme == "w4a4")
+    """Whether the run must calibrate: its method reads statistics (h, or the blocks), its
+    pipeline needs the full H, or W4A4 needs each Linear's input amax."""
+    return (method_named(request.method).reads_statistics
+            or pipeline_named(request.pipeline).needs_full_hessian or request.scheme == "w4a4")

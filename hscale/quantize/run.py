@@ -32,6 +32,7 @@ import contextlib
 import json
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 from hscale import __version__
 from hscale.checkpoints import SafetensorsModel, copy_side_files, layout_named
@@ -39,6 +40,7 @@ from hscale.files import write_json
 from hscale.models.architecture import meta_model
 from hscale.models.inventory import inventory
 from hscale.pipelines import AUTO_BACKEND_RULE, resolve_backend
+from hscale.reference.validation import method_named
 
 from .calibrate import calibration_batches, width_warnings
 from .context import RunContext
@@ -46,11 +48,9 @@ from .distributed import Ranks
 from .plan import ignore_list, kept_tensors, plan_layers
 from .progress import Progress
 from .report import REPORT_NAME, QuantizeReport, header_line, summarize
-from .request import QuantizeRequest, check_request, needs_calibration
+from .request import CheckedRequest, QuantizeRequest, check_request, needs_calibration
 from .kept import KEPT_H_NAME, KeptH, kept_h_label
 from .resume import HiddenStore, ResumableOutput, TermAsInterrupt, fingerprint
-from .source import (GGUF_FORMAT, fingerprint_files, gguf_side_file, is_gguf_source,
-                     source_directory, work_target)
 
 #: Options that do not change the output (left out of a resumable run's fingerprint).
 NOT_IN_FINGERPRINT = ("force", "progress", "resume", "out")
@@ -59,16 +59,17 @@ NOT_IN_FINGERPRINT = ("force", "progress", "resume", "out")
 def quantize_model(request: QuantizeRequest | None = None, log=None, **options) -> QuantizeReport:
     """``hscale quantize``'s work (see the module docstring); options as QuantizeRequest's.
     ``log(line)`` gets the run's header and notes (nothing by default)."""
-    request = request or QuantizeRequest(**options)
-    backend = check_request(request)
-    log = log or (lambda line: None)
     started = time.perf_counter()
-    with source_directory(request, log) as directory:
-        return _quantize_directory(request, backend, directory, log, started)
+    checked = check_request(request or QuantizeRequest(**options))  # every refusal, up front
+    log = log or (lambda line: None)
+    with checked.source.run_directory(checked.request.out, log,
+                                      checked.request.progress) as directory:
+        return _quantize_directory(checked, directory, log, started)
 
 
-def _quantize_directory(request: QuantizeRequest, backend, directory, log, started: float
+def _quantize_directory(checked: CheckedRequest, directory, log, started: float
                         ) -> QuantizeReport:
+    request, backend, gguf_output = checked.request, checked.backend, checked.gguf_output
     source = SafetensorsModel(directory)
     model = meta_model(directory)
     found = inventory(directory, model)
@@ -86,8 +87,8 @@ def _quantize_directory(request: QuantizeRequest, backend, directory, log, start
                              "--sequential never "
                              "was given); run it in one process")
         backend_name = resolve_backend(request.backend)
-        report = QuantizeReport(request=asdict(request), source=str(
-            request.model_dir if is_gguf_source(request) else directory), out=str(request.out))
+        report = QuantizeReport(request=asdict(request), source=str(checked.source.path),
+                                out=str(request.out))
         report.rank = ranks.rank
         report.request["backend"] = backend_name
         report.request["backend_asked"] = request.backend
@@ -100,19 +101,23 @@ def _quantize_directory(request: QuantizeRequest, backend, directory, log, start
         if ranks.main:  # --out checked (and an interrupted run adopted) before the header
             options = {k: v for k, v in asdict(request).items() if k not in NOT_IN_FINGERPRINT}
             options["backend"] = backend_name
-            print_id = fingerprint(fingerprint_files(request, source), options, __version__)
-            output = ResumableOutput(work_target(request), request.force, print_id,
+            print_id = fingerprint(checked.source.fingerprint_files(source), options,
+                                   __version__)
+            target = gguf_output.work_target if gguf_output is not None else Path(request.out)
+            output = ResumableOutput(target, request.force, print_id,
                                      enabled=request.resume and sequential)
             log(header_line(report, plans, found, backend_name, request.backend,
                             AUTO_BACKEND_RULE, ranks.world))
         path = ranks.broadcast(str(output.path) if output is not None else None)
         c = RunContext(request=request, directory=directory, source=source, model=model,
                        inventory=found, plans=plans,
-                       layout=layout_named(_layout_format(request), request.scheme),
+                       layout=layout_named("compressed-tensors" if gguf_output is not None
+                                           else request.format, request.scheme),
                        backend=backend, ranks=ranks, report=report, log=log, output=output,
                        hidden_store=HiddenStore(path) if sequential else None,
                        kept=KeptH(path, ranks.main and request.keep_h
-                                  and request.method in ("hscale", "hscale-block")))
+                                  and method_named(request.method).reads_statistics),
+                       gguf_output=gguf_output, imatrix=checked.imatrix)
         with output if output is not None else contextlib.nullcontext(), TermAsInterrupt():
             _run(c, sequential, started)
             if ranks.main:
@@ -120,12 +125,6 @@ def _quantize_directory(request: QuantizeRequest, backend, directory, log, start
         return report
     finally:
         ranks.close()
-
-
-def _layout_format(request: QuantizeRequest) -> str:
-    """The checkpoint layout the run writes: the one asked for, or for a GGUF output the
-    compressed-tensors checkpoint it is converted from."""
-    return "compressed-tensors" if request.format == GGUF_FORMAT else request.format
 
 
 def _run(c: RunContext, sequential: bool, started: float) -> None:
@@ -167,15 +166,16 @@ def _finish(c: RunContext, output, started: float) -> None:
             c.directory, output.path, heldout_texts())
     if getattr(output, "finish", None):
         output.finish()
-    kept = c.kept.write(gguf_side_file(request.out, "h") if request.format == GGUF_FORMAT
-                        else output.path / KEPT_H_NAME, report.calibration)
+    gguf = c.gguf_output  # --format gguf: the checkpoint is converted to it, then dropped
+    kept = c.kept.write(gguf.side_file("h") if gguf is not None else output.path / KEPT_H_NAME,
+                        report.calibration)
     if kept is not None:
-        report.kept_h = kept_h_label(kept, request.format != GGUF_FORMAT)
-    if request.format == GGUF_FORMAT:
-        _write_gguf(c, output)
+        report.kept_h = kept_h_label(kept, gguf is None)
+    if gguf is not None:
+        gguf.write(c, output)
     _add_seconds(c, started)
-    if request.format == GGUF_FORMAT:
-        write_json(gguf_side_file(request.out, "report"), asdict(report))
+    if gguf is not None:
+        write_json(gguf.side_file("report"), asdict(report))
         output.abort()  # the checkpoint the file was converted from
         return
     (output.path / REPORT_NAME).write_text(json.dumps(asdict(report), indent=1) + "\n")
@@ -187,18 +187,3 @@ def _add_seconds(c: RunContext, started: float) -> None:
     report.seconds = {k: round(v, 3) for k, v in c.seconds.items() if v or k == "quantize"}
     report.seconds.update({k: round(v, 3) for k, v in c.timings.items()})
     report.seconds["total"] = time.perf_counter() - started
-
-
-def _write_gguf(c: RunContext, output) -> None:
-    """``--format gguf``: the finished checkpoint converted to the GGUF file ``--out``, with
-    the source GGUF's tokenizer, metadata and unquantized tensors as stored when the model came
-    from one (``hscale.checkpoints.to_gguf``)."""
-    from hscale.checkpoints.to_gguf import convert_to_gguf, format_gguf_conversion
-    started = time.perf_counter()
-    request = c.request
-    conversion = convert_to_gguf(output.path, request.out, force=request.force,
-                                 raw_from=request.model_dir if is_gguf_source(request) else None)
-    c.seconds["gguf"] += time.perf_counter() - started
-    c.report.gguf = asdict(conversion)
-    for line in format_gguf_conversion(conversion).splitlines()[:2]:
-        c.log(line)

@@ -17,6 +17,7 @@ from hscale import __version__
 from hscale.calibration import LayerStatistics
 from hscale.checkpoints import ShardWriter
 from hscale.pipelines import PIPELINES
+from hscale.reference.validation import method_named
 
 from .blocks import REPORT_H_BYTES, BlockCalibration
 from .context import RunContext
@@ -98,7 +99,7 @@ class SequentialRun:
         started = time.perf_counter()
         full = PIPELINES[c.request.pipeline].needs_full_hessian or (
             c.request.report_errors and calibration.block_h_bytes(index, plans) <= REPORT_H_BYTES)
-        stats = calibration.run_block(index, full, c.request.method == "hscale-block")
+        stats = calibration.run_block(index, full, method_named(c.request.method).reads_blocks)
         c.seconds["calibration"] += time.perf_counter() - started
         return stats
 
@@ -110,7 +111,7 @@ class SequentialRun:
         stats = LayerStatistics()
         if any(plan.module == head for plan in plans):
             stats = calibration.head_statistics(head, full,
-                                                self.c.request.method == "hscale-block")
+                                                method_named(self.c.request.method).reads_blocks)
         stats.fallbacks.update({p.module: "outside the decoder blocks, not the head: no "
                                           "calibration input" for p in plans if p.module != head})
         return stats

@@ -14,10 +14,11 @@ from __future__ import annotations
 import time
 
 from hscale.calibration import LayerStatistics, load_hessians
-from hscale.calibration.imatrix import describe, imatrix_statistics, read_imatrix
+from hscale.calibration.imatrix import describe, imatrix_statistics
 from hscale.checkpoints import ShardWriter
 from hscale.pipelines import PIPELINES
 from hscale.reference import diagonal_blocks
+from hscale.reference.validation import method_named
 
 from hscale import __version__
 
@@ -37,13 +38,13 @@ def run_whole(c: RunContext, calibrating: bool) -> None:
     quantized = [p for p in c.plans if p.quantize]
     modules = [p.module for p in quantized]
     gptq = PIPELINES[request.pipeline].needs_full_hessian
-    block = request.method == "hscale-block"  # the diagonal 16 x 16 blocks, from the full H
+    block = method_named(request.method).reads_blocks  # the diagonal 16 x 16 blocks, from H
     stats = LayerStatistics()
     if request.hessian is not None:
         stats.h, stats.H = load_hessians(request.hessian, modules, gptq or block, lazy=True)
         report.calibration = {"from": request.hessian}
-    elif request.imatrix is not None:  # llama.cpp's sums of x^2 (HSCALE-CAL-3)
-        imatrix = read_imatrix(request.imatrix)
+    elif c.imatrix is not None:  # llama.cpp's sums of x^2 (HSCALE-CAL-3), read when checked
+        imatrix = c.imatrix
         stats = imatrix_statistics(imatrix, quantized, c.inventory.model_type,
                                    c.inventory.blocks, c.inventory)
         report.calibration = describe(imatrix)

@@ -23,9 +23,6 @@ LADDER_BYTES = np.arange(0x01, 0x7F, dtype=np.uint8)  # every positive E4M3 byte
 WINDOWS = ((0, 16), (4, 16), (5, 16), (6, 16), (7, 16), (8, 16), (10, 16), (6, 20), (6, 24))
 
 
-WHOLE_LADDER_WINDOW = (126, 252)  # (U, K): every byte reachable from any start (HSCALE-WIN-1)
-
-
 def direct_output_error(X, weight, dequantized) -> float:
     """``||X dW^T||_F^2`` from the activations themselves (rows of X: tokens)."""
     d = np.asarray(weight, np.float64) - np.asarray(dequantized, np.float64)

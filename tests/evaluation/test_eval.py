@@ -268,6 +268,29 @@ def error_line(result) -> str:
     return lines[0]
 
 
+def test_a_text_too_short_for_its_windows_is_refused_before_any_model_is_loaded(
+        llama, tmp_path, monkeypatch, capsys):
+    """The text is cut by MODEL's tokenizer alone: fewer tokens than one window (or than
+    --windows asks) is refused without building a model (it once took 396 s of loading the
+    model and the original to say so)."""
+    import hscale.evaluation.perplexity as perplexity
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+    monkeypatch.setattr(perplexity, "open_runner", no_model)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_model)
+    monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", no_model)
+    short = tmp_path / "short.txt"
+    short.write_text("A short text.")
+    for data, windows, pattern in (
+            (short, [], r"--data: the text gives \d+ tokens, fewer than one window of --context "
+                        r"128"),
+            (HELDOUT, ["--windows", "999"], r"--windows 999: the text gives [\d,]+ tokens")):
+        code = main(["eval", str(llama["source"]), "--data", str(data), "--context", "128",
+                     *windows, "--original", str(llama["source"]), "--quiet"])
+        assert code == 2 and re.search(pattern, capsys.readouterr().err)
+
+
 def test_mistakes_are_one_line_with_exit_code_2(llama, tmp_path):
     other_vocab = written(tmp_path, "llama", vocab_size=300)
     (tmp_path / "not.gguf").write_bytes(b"not a model")

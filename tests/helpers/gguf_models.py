@@ -124,3 +124,21 @@ def unrope(rows: np.ndarray, heads: int) -> np.ndarray:
         out[head * size:head * size + size // 2] = block[0::2]
         out[head * size + size // 2:(head + 1) * size] = block[1::2]
     return out
+
+
+def write_gguf_file(path: Path, architecture: str = "llama", keys: dict | None = None,
+                    tensors: dict | None = None) -> Path:
+    """A small GGUF file written by gguf's own writer: ``general.architecture``, the metadata
+    ``keys`` (key -> (value, gguf.GGUFValueType)) and the ``tensors`` (name -> (array, ggml
+    type or None)); for files a reader must refuse from their header."""
+    import gguf
+    writer = gguf.GGUFWriter(str(path), architecture)
+    for key, (value, kind) in (keys or {}).items():
+        writer.add_key_value(key, value, kind)
+    for name, (value, raw) in (tensors or {}).items():
+        writer.add_tensor(name, value, raw_dtype=raw)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

@@ -233,3 +233,93 @@ def _(d, rng):
     if hf.exists():
         edit_json(hf, lambda doc: doc.__setitem__("comment", "kept"))
     return "unrelated keys added to the configs"
+
+
+# -- every config field a reader consults: removed, renamed, or of another JSON type ------------
+
+#: The model config fields ``hscale check`` (the architecture it declares) and ``hscale convert
+#: --to gguf`` (the hyperparameters llama.cpp reads) consult.
+MODEL_FIELDS = ("model_type", "architectures", "num_hidden_layers", "hidden_size",
+                "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size")
+#: The quantization fields the layouts read: compressed-tensors' group weights, ModelOpt's.
+CT_WEIGHT_FIELDS = ("num_bits", "type", "group_size", "strategy")
+MODELOPT_FIELDS = ("quant_algo", "group_size")
+
+
+def _retyped(value, rng):
+    """A JSON value of another type than ``value``'s that a careless reader might still take."""
+    if isinstance(value, bool):
+        return rng.choice(["true", 1])
+    if isinstance(value, int):
+        return rng.choice([str(value), float(value) + 0.5, [value]])
+    if isinstance(value, str):
+        return rng.choice([7, [value], {"name": value}])
+    if isinstance(value, list):
+        return rng.choice([",".join(map(str, value)), len(value)])
+    return rng.choice(["x", 1])
+
+
+def _shapes(config: dict) -> dict | None:
+    """The tensor shapes transformers builds from ``config`` (on the meta device), or None."""
+    import torch
+    import transformers
+    try:
+        built = transformers.AutoConfig.for_model(**config)
+        with torch.device("meta"):
+            model = transformers.AutoModel.from_config(built)
+    except Exception:  # noqa: BLE001 - a config transformers cannot build
+        return None
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def _changes_the_model(config: dict, key: str) -> bool:
+    """Removing ``key`` changes what transformers builds (its default is another value, and
+    the architecture uses it: a MoE model's dense intermediate_size may be unused); the two
+    naming fields always matter to loaders."""
+    if key in ("model_type", "architectures"):
+        return True
+    before = _shapes(config)
+    return before is None or _shapes({k: v for k, v in config.items() if k != key}) != before
+
+
+@mutation("config-read-field-removed", needs_any=SAFETENSORS)
+def _(d, rng):
+    """A config field a reader consults removed, or renamed (a letter changed) so that no
+    reader finds it; never one whose removal leaves the model transformers builds unchanged
+    (its value the class's default, or a field the architecture does not use)."""
+    path, config = model_config(d)
+    key = rng.choice([k for k in MODEL_FIELDS if k in config and _changes_the_model(config, k)])
+    value = config.pop(key)
+    if rng.random() < 0.5:
+        config[key[:-1] + "#"] = value
+    path.write_text(json.dumps(config))
+    return f"config.json {key} removed"
+
+
+@mutation("config-read-field-retyped", needs_any=SAFETENSORS)
+def _(d, rng):
+    path, config = model_config(d)
+    key = rng.choice([k for k in MODEL_FIELDS if k in config])
+    config[key] = _retyped(config[key], rng)
+    path.write_text(json.dumps(config))
+    return f"config.json {key} = {config[key]!r}"
+
+
+@mutation("quant-read-field-removed-or-retyped", needs_any=SAFETENSORS)
+def _(d, rng):
+    """A quantization field a layout consults removed or of another JSON type."""
+    path, quant, save = quantization_config(d)
+    if "config_groups" in quant:
+        holder = quant["config_groups"][rng.choice(sorted(quant["config_groups"]))]["weights"]
+        key = rng.choice([k for k in CT_WEIGHT_FIELDS if k in holder])
+    else:
+        holder = quant
+        key = rng.choice([k for k in MODELOPT_FIELDS if k in holder])
+    if rng.random() < 0.5:
+        holder.pop(key)
+        said = "removed"
+    else:
+        holder[key] = _retyped(holder[key], rng)
+        said = f"= {holder[key]!r}"
+    save()
+    return f"quantization {key} {said}"

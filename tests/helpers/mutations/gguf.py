@@ -232,3 +232,75 @@ def _(d, rng):
     first, second = rng.choice(same)
     patch(d, layout["kv"][first][0] + 8, second.encode())
     return f"key {first} renamed {second} (twice)"
+
+
+# -- every metadata key a reader consults: removed (renamed), or stored as another type --------
+
+def read_keys(layout: dict) -> list[str]:
+    """The metadata keys of the base that the kit's GGUF readers consult (hscale.checkpoints.
+    gguf_facts, GGUFCheckpoint, the layout's findings, the model file's header check)."""
+    architecture = next(k for k in layout["kv"] if k.endswith(".block_count")).split(".")[0]
+    wanted = ["general.architecture", f"{architecture}.block_count",
+              f"{architecture}.attention.head_count", f"{architecture}.attention.head_count_kv",
+              f"{architecture}.attention.key_length", "hscale.source.tensors",
+              "hscale.source.modules", "general.tensor_extra.name"]
+    return [k for k in wanted if k in layout["kv"]]
+
+
+def _is_llama_cpps_default(d, layout: dict, key: str) -> bool:
+    """Whether ``key`` holds what llama.cpp's loader takes without it (llama-model.cpp
+    ``load_hparams``: attention.key_length defaults to embedding_length / head_count), so that
+    removing it changes nothing a reader or llama.cpp sees."""
+    if not key.endswith(".attention.key_length"):
+        return False
+    architecture = key.split(".")[0]
+    data = d.read_bytes()
+
+    def uint32(name):
+        entry = layout["kv"].get(f"{architecture}.{name}")
+        return None if entry is None else struct.unpack_from("<I", data, entry[2])[0]
+    heads = uint32("attention.head_count")
+    return bool(heads) and uint32("attention.key_length") == uint32("embedding_length") // heads
+
+
+@mutation("gguf-read-key-removed", needs=("gguf",))
+def _(d, rng):
+    """A key a reader consults renamed to one nobody reads (its last character replaced): for
+    the reader, the key is missing; for llama.cpp too."""
+    layout = gguf_layout(d)
+    key = rng.choice([k for k in read_keys(layout) if k != "general.tensor_extra.name"
+                      and not _is_llama_cpps_default(d, layout, k)])
+    at = layout["kv"][key][0] + 8 + len(key) - 1
+    patch(d, at, b"#")
+    return f"{key} removed (renamed {key[:-1]}#)"
+
+
+@mutation("gguf-read-key-retyped", needs=("gguf",))
+def _(d, rng):
+    """A UINT32 key a reader consults stored as another 4-byte type (INT32, FLOAT32: the same
+    bytes, so the file still parses), which llama.cpp's typed getters refuse."""
+    layout = gguf_layout(d)
+    key = rng.choice([k for k in read_keys(layout) if layout["kv"][k][1] == 4])
+    kind = rng.choice([5, 6])
+    patch(d, layout["kv"][key][2] - 4, struct.pack("<I", kind))
+    return f"{key} stored as {'INT32' if kind == 5 else 'FLOAT32'}"
+
+
+@mutation("gguf-read-array-retyped", needs=("gguf",))
+def _(d, rng):
+    """A string array a reader consults (the recorded names, the precision tags' names) stored
+    as an array of 8-byte integers: the same length field, other elements."""
+    layout = gguf_layout(d)
+    key = rng.choice([k for k in read_keys(layout) if layout["kv"][k][1] == 9])
+    patch(d, layout["kv"][key][2], struct.pack("<I", 10))
+    return f"{key}: an array of UINT64"
+
+
+@mutation("benign-gguf-precision-tags-removed", needs=("gguf",), breaks=False)
+def _(d, rng):
+    """Without general.tensor_extra.name llama.cpp runs the weights as it would any NVFP4 file
+    (on Blackwell with 4-bit activations): said in a note, the file conforms."""
+    layout = gguf_layout(d)
+    key = "general.tensor_extra.name"
+    patch(d, layout["kv"][key][0] + 8 + len(key) - 1, b"#")
+    return f"{key} removed"
