@@ -22,7 +22,7 @@ same-round ratio.
 ``hf``: ``hscale quantize`` (RTN; H-Scale, calibrated on the bundled text: the default)
 to compressed-tensors against llm-compressor's ``oneshot`` with ``scheme="NVFP4A16"`` on the
 same directory (tools/race_peers.py), and with ``--modelopt`` ModelOpt's weight-only NVFP4
-export, run once (it is reported as not running on a CPU where it fails, with its error).
+export in every round too (exit status 3 and its error where it does not run on a CPU).
 
 ``gguf``: ``hscale quantize smollm2.gguf --format gguf`` (RTN and H-Scale) against llama.cpp's
 ``llama-quantize`` on the same file: NVFP4 on the same Linears (``--tensor-type`` per Linear,
@@ -33,7 +33,11 @@ a tensor type, not as a file type) and Q4_0 (the nearest whole-file 4-bit type).
 (``--base``) and then reading it, against ``llama-perplexity`` writing its
 ``--kl-divergence-base`` and then reading it (``--kl-divergence``): the same files, text,
 context (512), windows (8) and scored positions (the second half of each window, llama's
-rule), both on 2 threads.
+rule), both on 2 threads; with ``--hf`` also the hf race's compressed-tensors RTN checkpoint
+against the float32 directory in transformers, first writing its base, then reading it.
+llama-cpp-python, which runs the GGUF files for ``hscale eval``,
+loads the llama.cpp libraries of ``--llama-bin`` (``LLAMA_CPP_LIB_PATH``): the same build as
+the tools it races.
 
 Each race writes ``W/race-NAME.json``; ``render`` prints their tables.
 """
@@ -150,33 +154,26 @@ def race_hf(args) -> None:
     work = Path(args.work)
     model = work / "smollm2-hf"
     document = {"race": "hf", "machine": machine(), "rounds": []}
-    if args.modelopt:
-        out = work / "out-modelopt"
-        shutil.rmtree(out, ignore_errors=True)
-        document["modelopt"] = timed("modelopt", [PYTHON, str(HERE / "race_peers.py"),
-                                                  "modelopt", str(model), str(out)], work)
-        document["modelopt"]["said"] = [line for line in (work / "logs" / "modelopt.log")
-                                        .read_text().splitlines() if line.startswith("race-")]
+    sides = ["rtn", "llmcompressor", "hscale"] + (["modelopt"] if args.modelopt else [])
     for index in range(args.pairs):
         log(f"round {index + 1} of {args.pairs}")
         round_ = {}
-        for side, argv, out in (
-                ("rtn", ["--method", "rtn"], work / "out-rtn"),
-                ("llmcompressor", None, work / "out-llmc"),
-                ("hscale", ["--method", "hscale"], work / "out-hscale")):
+        for side in sides:
+            out = work / f"out-{side}"
             shutil.rmtree(out, ignore_errors=True)
-            if argv is None:
-                command = [PYTHON, str(HERE / "race_peers.py"), "llmcompressor", str(model),
-                           str(out)]
+            if side in ("llmcompressor", "modelopt"):
+                command = [PYTHON, str(HERE / "race_peers.py"), side, str(model), str(out)]
             else:
-                command = hscale_argv("quantize", model, "--out", out, "--quiet", *argv)
+                command = hscale_argv("quantize", model, "--out", out, "--quiet", "--method",
+                                      side)
             round_[side] = timed(f"hf-{side}-{index}", command, work)
-            if argv is not None:
-                round_[side]["phases"] = kit_phases(out / "quantization_report.json")
+            said = [line for line in (work / "logs" / f"hf-{side}-{index}.log").read_text()
+                    .splitlines() if line.startswith("race-")]
+            round_[side]["phases"] = kit_phases(out / "quantization_report.json") or said
         document["rounds"].append(round_)
         save(work, "hf", document)
-    document["llmcompressor_over_rtn"] = median_ratios(document["rounds"], "llmcompressor", "rtn")
-    document["hscale_over_rtn"] = median_ratios(document["rounds"], "hscale", "rtn")
+    for side in sides[1:]:
+        document[f"{side}_over_rtn"] = median_ratios(document["rounds"], side, "rtn")
     save(work, "hf", document)
 
 
@@ -243,9 +240,18 @@ def race_eval(args) -> None:
                                             work / "eval-second.json", *common)),
                  ("llama-second", [*llama, "-m", str(model), "--kl-divergence-base",
                                    str(llama_base), "--kl-divergence"]))
+        if args.hf:  # the compressed-tensors RTN checkpoint against the float32 directory
+            hf_base = work / "hf.base"
+            hf_base.unlink(missing_ok=True)
+            sides += (("kit-hf-first", hscale_argv("eval", work / "out-rtn", "--original",
+                                                   work / "smollm2-hf", "--base", hf_base,
+                                                   *common)),
+                      ("kit-hf-second", hscale_argv("eval", work / "out-rtn", "--base",
+                                                    hf_base, *common)))
         round_ = {}
         for side, command in sides:
-            round_[side] = timed(f"eval-{side}-{index}", [str(x) for x in command], work)
+            round_[side] = timed(f"eval-{side}-{index}", [str(x) for x in command], work,
+                                 env={"LLAMA_CPP_LIB_PATH": str(binary)})
         round_["kit_base_bytes"] = kit_base.stat().st_size if kit_base.exists() else None
         round_["llama_base_bytes"] = llama_base.stat().st_size if llama_base.exists() else None
         document["rounds"].append(round_)
@@ -258,6 +264,9 @@ def race_eval(args) -> None:
                                                              "llama-second")
     document["kit_first_over_llama_first"] = median_ratios(document["rounds"], "kit-first",
                                                            "llama-first")
+    if args.hf:
+        document["kit_hf_first_over_second"] = median_ratios(document["rounds"], "kit-hf-first",
+                                                             "kit-hf-second")
     save(work, "eval", document)
 
 
@@ -299,6 +308,10 @@ def main(argv=None) -> int:
                                  help="the directory of llama-quantize and llama-perplexity")
         if name == "hf":
             command.add_argument("--modelopt", action="store_true")
+        if name == "eval":
+            command.add_argument("--hf", action="store_true",
+                                 help="also the hf race's compressed-tensors RTN checkpoint "
+                                      "against the float32 directory, in transformers")
     args = parser.parse_args(argv)
     {"prepare": prepare, "hf": race_hf, "gguf": race_gguf, "eval": race_eval,
      "render": render}[args.command](args)
