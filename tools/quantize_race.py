@@ -62,6 +62,15 @@ CONTEXT, WINDOWS, THREADS = 512, 8, 2
 LLAMA_LINEARS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
 
+#: The same-round ratios each race reports (numerator, denominator).
+RATIOS = {"hf": (("llmcompressor", "rtn"), ("hscale", "rtn"), ("modelopt", "rtn")),
+          "gguf": (("rtn", "llama-nvfp4"), ("hscale", "llama-nvfp4"), ("llama-q4_0", "llama-nvfp4"),
+                   ("hscale", "rtn")),
+          "eval": (("kit-first", "kit-second"), ("llama-first", "llama-second"),
+                   ("kit-second", "llama-second"), ("kit-first", "llama-first"),
+                   ("kit-hf-first", "kit-hf-second"))}
+
+
 def log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -100,7 +109,8 @@ def kit_phases(report: Path) -> dict:
 
 def median_ratios(rounds: list[dict], numerator: str, denominator: str) -> dict:
     ratios = [r[numerator]["seconds"] / r[denominator]["seconds"] for r in rounds
-              if r[numerator]["returncode"] == 0 and r[denominator]["returncode"] == 0]
+              if numerator in r and denominator in r
+              and r[numerator]["returncode"] == 0 and r[denominator]["returncode"] == 0]
     return {"ratios": [round(x, 3) for x in ratios],
             "median": round(statistics.median(ratios), 3) if ratios else None}
 
@@ -118,6 +128,22 @@ def machine() -> dict:
         except Exception:  # noqa: BLE001 - not installed
             facts[package] = None
     return facts
+
+
+def finish(work: Path, name: str, document: dict) -> None:
+    document["ratios"] = {f"{a} / {b}": median_ratios(document["rounds"], a, b)
+                          for a, b in RATIOS[name]}
+    save(work, name, document)
+
+
+def resumed(work: Path, name: str, resume: bool) -> dict | None:
+    """The rounds a race already ran (``--resume``), to go on from."""
+    path = work / f"race-{name}.json"
+    if not resume or not path.is_file():
+        return None
+    document = json.loads(path.read_text())
+    document.setdefault("resumed", []).append(machine())
+    return document
 
 
 def save(work: Path, name: str, document: dict) -> None:
@@ -153,12 +179,14 @@ def smollm2_gguf() -> Path:
 def race_hf(args) -> None:
     work = Path(args.work)
     model = work / "smollm2-hf"
-    document = {"race": "hf", "machine": machine(), "rounds": []}
+    document = resumed(work, "hf", args.resume) or {"race": "hf", "machine": machine(),
+                                                    "rounds": []}
     sides = ["rtn", "llmcompressor", "hscale"] + (["modelopt"] if args.modelopt else [])
-    for index in range(args.pairs):
+    peer_rounds = args.pairs if args.peer_rounds is None else args.peer_rounds
+    for index in range(len(document["rounds"]), args.pairs):
         log(f"round {index + 1} of {args.pairs}")
         round_ = {}
-        for side in sides:
+        for side in sides if index < peer_rounds else ["rtn", "hscale"]:
             out = work / f"out-{side}"
             shutil.rmtree(out, ignore_errors=True)
             if side in ("llmcompressor", "modelopt"):
@@ -172,9 +200,7 @@ def race_hf(args) -> None:
             round_[side]["phases"] = kit_phases(out / "quantization_report.json") or said
         document["rounds"].append(round_)
         save(work, "hf", document)
-    for side in sides[1:]:
-        document[f"{side}_over_rtn"] = median_ratios(document["rounds"], side, "rtn")
-    save(work, "hf", document)
+    finish(work, "hf", document)
 
 
 def llama_quantize_argv(binary: Path, source: Path, out: Path, kind: str) -> list[str]:
@@ -191,8 +217,9 @@ def llama_quantize_argv(binary: Path, source: Path, out: Path, kind: str) -> lis
 def race_gguf(args) -> None:
     work, binary = Path(args.work), Path(args.llama_bin)
     source = work / "smollm2.gguf"
-    document = {"race": "gguf", "machine": machine(), "rounds": []}
-    for index in range(args.pairs):
+    document = resumed(work, "gguf", args.resume) or {"race": "gguf", "machine": machine(),
+                                                      "rounds": []}
+    for index in range(len(document["rounds"]), args.pairs):
         log(f"round {index + 1} of {args.pairs}")
         round_ = {}
         for side in ("rtn", "llama-nvfp4", "hscale", "llama-q4_0"):
@@ -209,10 +236,7 @@ def race_gguf(args) -> None:
                 round_[side]["phases"] = kit_phases(gguf_side_file(out, "report"))
         document["rounds"].append(round_)
         save(work, "gguf", document)
-    for side in ("rtn", "hscale", "llama-q4_0"):
-        document[f"{side}_over_llama-nvfp4"] = median_ratios(document["rounds"], side,
-                                                             "llama-nvfp4")
-    save(work, "gguf", document)
+    finish(work, "gguf", document)
 
 
 def race_eval(args) -> None:
@@ -226,8 +250,9 @@ def race_eval(args) -> None:
               "second-half", "--threads", THREADS, "--quiet"]
     llama = [str(binary / "llama-perplexity"), "-f", str(text), "-c", str(CONTEXT),
              "--chunks", str(WINDOWS), "-t", str(THREADS), "-b", str(CONTEXT)]
-    document = {"race": "eval", "machine": machine(), "rounds": []}
-    for index in range(args.pairs):
+    document = resumed(work, "eval", args.resume) or {"race": "eval", "machine": machine(),
+                                                      "rounds": []}
+    for index in range(len(document["rounds"]), args.pairs):
         log(f"round {index + 1} of {args.pairs}")
         kit_base.unlink(missing_ok=True)
         llama_base.unlink(missing_ok=True)
@@ -256,18 +281,7 @@ def race_eval(args) -> None:
         round_["llama_base_bytes"] = llama_base.stat().st_size if llama_base.exists() else None
         document["rounds"].append(round_)
         save(work, "eval", document)
-    document["kit_first_over_second"] = median_ratios(document["rounds"], "kit-first",
-                                                      "kit-second")
-    document["llama_first_over_second"] = median_ratios(document["rounds"], "llama-first",
-                                                        "llama-second")
-    document["kit_second_over_llama_second"] = median_ratios(document["rounds"], "kit-second",
-                                                             "llama-second")
-    document["kit_first_over_llama_first"] = median_ratios(document["rounds"], "kit-first",
-                                                           "llama-first")
-    if args.hf:
-        document["kit_hf_first_over_second"] = median_ratios(document["rounds"], "kit-hf-first",
-                                                             "kit-hf-second")
-    save(work, "eval", document)
+    finish(work, "eval", document)
 
 
 def render(args) -> None:
@@ -278,21 +292,24 @@ def render(args) -> None:
             continue
         document = json.loads(path.read_text())
         rounds = document["rounds"]
-        sides = [k for k in rounds[0] if isinstance(rounds[0][k], dict)]
+        sides = list(dict.fromkeys(k for r in rounds for k in r if isinstance(r[k], dict)))
         print(f"\n### {name} (load {document['machine']['load_at_start']} -> "
               f"{document.get('load_at_end')})\n")
         print("| round | " + " | ".join(sides) + " |")
         print("|---|" + "---:|" * len(sides))
         for index, round_ in enumerate(rounds):
-            cells = [f"{round_[s]['seconds']:.1f} s, {round_[s]['peak_rss_mib']} MiB"
-                     + ("" if round_[s]["returncode"] == 0 else
-                        f" (exit {round_[s]['returncode']})") for s in sides]
+            cells = ["-" if s not in round_ else
+                     f"{round_[s]['seconds']:.1f} s, {round_[s]['peak_rss_mib']} MiB, load "
+                     f"{round_[s]['load']}" + ("" if round_[s]["returncode"] == 0 else
+                                                f" (exit {round_[s]['returncode']})")
+                     for s in sides]
             print(f"| {index + 1} | " + " | ".join(cells) + " |")
-        for key, value in document.items():
-            if isinstance(value, dict) and "median" in value:
-                print(f"\n{key}: median {value['median']} of {value['ratios']}")
-        if "modelopt" in document:
-            print(f"\nmodelopt: {document['modelopt']}")
+        print()
+        for numerator, denominator in RATIOS[name]:
+            value = median_ratios(rounds, numerator, denominator)
+            if value["ratios"]:
+                print(f"- {numerator} / {denominator}: median {value['median']} of "
+                      f"{len(value['ratios'])} rounds {value['ratios']}")
 
 
 def main(argv=None) -> int:
@@ -306,8 +323,14 @@ def main(argv=None) -> int:
         if name in ("gguf", "eval"):
             command.add_argument("--llama-bin", required=True,
                                  help="the directory of llama-quantize and llama-perplexity")
+        if name in ("hf", "gguf", "eval"):
+            command.add_argument("--resume", action="store_true",
+                                 help="go on from the rounds race-NAME.json already holds")
         if name == "hf":
             command.add_argument("--modelopt", action="store_true")
+            command.add_argument("--peer-rounds", type=int, default=None,
+                                 help="only the first N rounds run the peers (llm-compressor, "
+                                      "ModelOpt); the rest RTN and H-Scale (default: all)")
         if name == "eval":
             command.add_argument("--hf", action="store_true",
                                  help="also the hf race's compressed-tensors RTN checkpoint "

@@ -2,7 +2,7 @@
 the end-to-end races of tools/quantize_race.py (one side of a pair, in a fresh process):
 
     python tools/race_peers.py llmcompressor MODEL OUT   # oneshot(scheme="NVFP4A16")
-    python tools/race_peers.py modelopt MODEL OUT        # mtq.quantize weight-only NVFP4 + export
+    python tools/race_peers.py modelopt MODEL OUT        # mtq.quantize W4A16 NVFP4, export
 
 ``llmcompressor``: llm-compressor's NVFP4A16 example (examples/quantization_w4a16_fp4): the
 model loaded by transformers in its stored dtype, ``oneshot`` with a ``QuantizationModifier``
