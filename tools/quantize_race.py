@@ -32,7 +32,7 @@ a tensor type, not as a file type) and Q4_0 (the nearest whole-file 4-bit type).
 ``eval``: ``hscale eval`` of the kit's RTN GGUF against the original GGUF, first writing a base
 (``--base``) and then reading it, against ``llama-perplexity`` writing its
 ``--kl-divergence-base`` and then reading it (``--kl-divergence``): the same files, text,
-context (512), windows (8) and scored positions (the second half of each window, llama's
+context (512), windows (``--windows``, default 8) and scored positions (the second half of each window, llama's
 rule), both on 2 threads; with ``--hf`` also the hf race's compressed-tensors RTN checkpoint
 against the float32 directory in transformers, first writing its base, then reading it.
 llama-cpp-python, which runs the GGUF files for ``hscale eval``,
@@ -246,10 +246,10 @@ def race_eval(args) -> None:
         raise SystemExit(f"{model}: run the gguf race first (its RTN file is evaluated)")
     text = work / "eval.txt"
     kit_base, llama_base = work / "kit.base", work / "llama.kld"
-    common = ["--data", text, "--context", CONTEXT, "--windows", WINDOWS, "--scored",
+    common = ["--data", text, "--context", CONTEXT, "--windows", args.windows, "--scored",
               "second-half", "--threads", THREADS, "--quiet"]
     llama = [str(binary / "llama-perplexity"), "-f", str(text), "-c", str(CONTEXT),
-             "--chunks", str(WINDOWS), "-t", str(THREADS), "-b", str(CONTEXT)]
+             "--chunks", str(args.windows), "-t", str(THREADS), "-b", str(CONTEXT)]
     document = resumed(work, "eval", args.resume) or {"race": "eval", "machine": machine(),
                                                       "rounds": []}
     for index in range(len(document["rounds"]), args.pairs):
@@ -332,6 +332,8 @@ def main(argv=None) -> int:
                                  help="only the first N rounds run the peers (llm-compressor, "
                                       "ModelOpt); the rest RTN and H-Scale (default: all)")
         if name == "eval":
+            command.add_argument("--windows", type=int, default=WINDOWS,
+                                 help=f"windows of {CONTEXT} tokens (default {WINDOWS})")
             command.add_argument("--hf", action="store_true",
                                  help="also the hf race's compressed-tensors RTN checkpoint "
                                       "against the float32 directory, in transformers")

@@ -167,7 +167,7 @@ def evaluate(checked: CheckedRequest, log=print) -> dict:
             original = {"path": str(checked.original.path), "kind": checked.original.label,
                         **reference.facts,
                         "tokenizer_agrees": reference.tokenize(checked.text) == tokens}
-            rows = _scored_rows(reference, windows)
+            rows = scored_rows(reference, windows)
             if request.base is not None:
                 mark = time.perf_counter()
                 writer = BaseWriter(request.base, BaseKey(
@@ -212,22 +212,22 @@ def _original_engine(kind: str, runner) -> str:
     return runner.facts["engine"] if kind.startswith("GGUF") else "transformers"
 
 
-def _scored_rows(reference, windows):
+def scored_rows(reference, windows):
     """``index -> the original's logits at window index's scored positions``, from its runner."""
     def rows(index: int):
-        return reference.logits(windows.ids[index])[windows.first:windows.context - 1]
+        return reference.logits(windows.ids[index], windows.first)[:windows.scored_per_window]
     return rows
 
 
 def score_windows(runner, windows, original=None, progress: bool = False, writer=None):
     """Every window through ``runner``, scored (``Scores``); ``original(index)``: the
-    original's logits at the window's scored positions (its runner's, ``_scored_rows``, or a
+    original's logits at the window's scored positions (its runner's, ``scored_rows``, or a
     kept base's), each also given to ``writer`` (a ``BaseWriter``) where there is one."""
     from .scores import Scores, score_window
     scores = Scores()
     for index in _progress(range(windows.count), progress, windows.count,
                            original is not None):
-        logits = runner.logits(windows.ids[index])
+        logits = runner.logits(windows.ids[index], windows.first)
         base = original(index) if original is not None else None
         if writer is not None:
             writer.add(base)

@@ -47,10 +47,11 @@ class WindowScores:
 
 
 def score_window(logits, targets, first: int, reference=None) -> WindowScores:
-    """Scores of positions ``first`` .. len(targets) - 1 of one window: ``logits`` (context, V)
-    of the model, ``targets`` (context - 1,) the next tokens, ``reference`` the original's
-    logits at the scored positions only ((len(targets) - first, V): what a runner gives from row
-    ``first`` on, or a kept base, ``hscale.evaluation.base``) or None."""
+    """Scores of positions ``first`` .. len(targets) - 1 of one window: ``logits`` the model's
+    logits from position ``first`` on (at least len(targets) - first rows: what a runner gives,
+    ``Runner.logits(ids, first)``), ``targets`` (context - 1,) the next tokens, ``reference``
+    the original's logits at the scored positions ((len(targets) - first, V): its runner's, or
+    a kept base's, ``hscale.evaluation.base``) or None."""
     import torch
     logits = torch.as_tensor(logits)
     targets = torch.as_tensor(np.asarray(targets, dtype=np.int64))
@@ -65,7 +66,7 @@ def score_window(logits, targets, first: int, reference=None) -> WindowScores:
                               "delta_p": []}
     for start in range(first, targets.shape[0], ROWS_AT_ONCE):
         rows = slice(start, min(targets.shape[0], start + ROWS_AT_ONCE))
-        log_q = torch.log_softmax(logits[rows].double(), dim=-1)
+        log_q = torch.log_softmax(logits[rows.start - first:rows.stop - first].double(), dim=-1)
         token_q = log_q.gather(1, targets[rows, None])[:, 0]
         parts["nll"].append(-token_q)
         if reference is not None:

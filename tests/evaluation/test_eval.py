@@ -98,7 +98,7 @@ def test_scores_are_torch_cross_entropy_and_kl_divergence():
     logits = torch.randn(20, 50, generator=g) * 3
     reference = logits + torch.randn(20, 50, generator=g)
     targets = torch.randint(0, 50, (19,), generator=g)
-    got = score_window(logits, targets.numpy(), first=5, reference=reference[5:19])
+    got = score_window(logits[5:], targets.numpy(), first=5, reference=reference[5:19])
     expected_nll = torch.nn.functional.cross_entropy(logits[5:19].double(), targets[5:],
                                                      reduction="none")
     np.testing.assert_allclose(got.nll, expected_nll.numpy(), rtol=1e-12)
