@@ -63,8 +63,8 @@ class BaseKey:
 
     #: (field, what a user calls it), in the order a difference is reported.
     NAMES = (("text_sha256", "the text (SHA-256 of --data)"), ("context", "--context"),
-             ("windows", "the number of windows"), ("first_scored", "the scored positions "
-                                                                    "(--scored)"),
+             ("windows", "the number of windows"),
+             ("first_scored", "the scored positions (--scored)"),
              ("bos", "the BOS token"), ("ids_sha256", "the token ids (MODEL's tokenizer)"),
              ("vocab", "the vocabulary size"))
 
@@ -115,7 +115,7 @@ class BaseWriter:
                             sort_keys=True).encode("utf-8")
         self.temporary = self.path.with_name(hidden_name(self.path.name,
                                                          f"tmp-{os.getpid()}"))
-        self.stream = open(self.temporary, "wb")
+        self.stream = open(self.temporary, "wb")  # noqa: SIM115 - open until close/abort
         self.stream.write(MAGIC + struct.pack("<Q", len(header)) + header)
         self.stream.write(b"\0" * (_data_offset(header) - self.stream.tell()))
         self.written = 0
