@@ -207,7 +207,9 @@ class KeptLogits:
         self.directory, self.open_runner, self.runner = directory, open_runner, None
         directory.mkdir(parents=True, exist_ok=True)
 
-    def logits(self, ids):
+    def logits(self, ids, first: int = 0):
+        """The original's logits of the window ``ids`` from position ``first`` on (the runners'
+        ``logits(ids, first)``); each window's whole logits are kept."""
         import torch
         key = sha256(np.asarray(ids, np.int64).tobytes())[:16]
         path = self.directory / f"{key}.npy"
@@ -215,7 +217,7 @@ class KeptLogits:
             if self.runner is None:
                 self.runner = self.open_runner()
             np.save(path, self.runner.logits(ids).numpy())
-        return torch.from_numpy(np.load(path))
+        return torch.from_numpy(np.load(path))[first:]
 
     def close(self):
         if self.runner is not None:
@@ -230,13 +232,13 @@ def evaluation_windows(runner, text: str, args):
 
 def evaluate(path: Path, engine: str, reference: KeptLogits, text: str, args) -> dict:
     from hscale.evaluation.loaders import identify, open_runner
-    from hscale.evaluation.perplexity import score_windows
+    from hscale.evaluation.perplexity import score_windows, scored_rows
     started = time.perf_counter()
     runner = open_runner(identify(path, "MODEL"), context=args.context, engine=engine,
                          loader="kit", threads=args.threads)
     try:
         windows = evaluation_windows(runner, text, args)
-        figures = score_windows(runner, windows, reference).figures()
+        figures = score_windows(runner, windows, scored_rows(reference, windows)).figures()
     finally:
         runner.close()
     figures["engine"] = runner.facts.get("engine")

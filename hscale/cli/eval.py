@@ -17,7 +17,7 @@ def _eval(args) -> int:
         model=args.model, data=args.data, original=args.original, text_field=args.text_field,
         context=args.context, windows=args.windows, scored=args.scored, engine=args.engine,
         loader=args.loader, activations=args.activations, threads=args.threads,
-        progress=not args.quiet))
+        progress=not args.quiet, base=args.base))
     document = evaluate(checked)
     to_stdout = bool(args.json) and is_stdout(args.json)
     print(format_summary(document), file=sys.stderr if to_stdout else sys.stdout)
@@ -52,6 +52,12 @@ def add_parser(commands) -> None:
                         help="the model MODEL was quantized from (a directory or a .gguf file): "
                              "adds the KL divergence of MODEL's next-token distribution from "
                              "its, token by token")
+    parser.add_argument("--base", metavar="FILE",
+                        help="the original's logits kept in FILE (as llama-perplexity's "
+                             "--kl-divergence-base): written by a run with --original where "
+                             "FILE does not exist, read by later runs instead of running the "
+                             "original (--original may then be left out); a FILE kept for "
+                             "another original, text or windows is refused")
     parser.add_argument("--text-field", default="text",
                         help="the JSONL field or dataset column holding the text (default text)")
     parser.add_argument("--context", type=int, default=512,

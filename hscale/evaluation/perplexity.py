@@ -5,6 +5,10 @@ The model and the original are each run where their users run them (``hscale.eva
 on the same token ids: the text is tokenized once, by the evaluated model's tokenizer, cut into
 windows (``hscale.evaluation.text``), and every window goes through both models in turn, so
 that only one window's logits of each are in memory. The scores are ``hscale.evaluation.scores``'.
+
+With ``--base FILE`` the original's logits are kept (``hscale.evaluation.base``): the first run
+(with ``--original``) writes them as it goes, later runs read them and never load the original;
+a base kept for another original, text or windows is refused in one line.
 """
 
 from __future__ import annotations
@@ -12,6 +16,9 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
+from pathlib import Path
+
+from .base import BaseKey, BaseWriter, KeptBase, model_fingerprint, windows_key
 from .loaders import (ACTIVATIONS, LOADERS, ModelPath, gguf_engine, identify, open_runner,
                       open_tokenizer)
 from .text import SCORED, Windows, cut_windows, evaluation_text, text_facts
@@ -36,6 +43,7 @@ class EvalRequest:
     activations: str = "auto"
     threads: int | None = None
     progress: bool = True
+    base: str | None = None  # the original's logits kept: written, or read where it exists
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,7 @@ class CheckedRequest:
     tokens: tuple  # the text's tokens (no special token), by MODEL's tokenizer
     windows: Windows
     tokenizer: object = None  # MODEL's transformers tokenizer, for its runner (None: llama.cpp)
+    base: KeptBase | None = None  # an existing --base, its header read
 
 
 def check_eval_request(request: EvalRequest) -> CheckedRequest:
@@ -88,8 +97,36 @@ def check_eval_request(request: EvalRequest) -> CheckedRequest:
     _check_context(tokenizer, request.context, "MODEL", model.path)
     windows = cut_windows(tokenizer.tokens, request.context, request.windows, tokenizer.bos,
                           request.scored)
+    kept = _check_base(request, original, text)
     return CheckedRequest(request, model, original, text, tuple(tokenizer.tokens), windows,
-                          tokenizer.transformers_tokenizer)
+                          tokenizer.transformers_tokenizer, kept)
+
+
+def _check_base(request: EvalRequest, original: ModelPath | None, text: str):
+    """An existing ``--base`` read and checked against what is known before any model loads
+    (the text, the context, the scored positions, the original's files); a missing one must be
+    writable and needs ``--original``."""
+    if request.base is None:
+        return None
+    path = Path(request.base)
+    if not path.exists() and not path.is_symlink():
+        if original is None:
+            raise ValueError(f"--base {path}: no such file, and no --original to compute it "
+                             "from (the first run with --original writes it)")
+        from hscale.files import check_target
+        check_target(path, "--base")
+        return None
+    if not path.is_file() or path.is_symlink():
+        raise ValueError(f"--base {path}: not a regular file")
+    kept = KeptBase(path)
+    from .text import first_scored
+    kept.check(text_sha256=text_facts(text)["sha256"], context=request.context,
+               first_scored=first_scored(request.context, request.scored))
+    if request.windows is not None:
+        kept.check(windows=request.windows)
+    if original is not None:
+        kept.check(original_sha256=model_fingerprint(original.path))
+    return kept
 
 
 def _require(module: str, message: str) -> None:
@@ -117,8 +154,15 @@ def evaluate(checked: CheckedRequest, log=print) -> dict:
     try:
         seconds["load"] = time.perf_counter() - started
         tokens, windows = list(checked.tokens), checked.windows
-        original = None
-        if checked.original is not None:
+        key = dict(windows_key(windows), text_sha256=text_facts(checked.text)["sha256"],
+                   vocab=runner.vocab_size)
+        original, rows, writer = None, None, None
+        if checked.base is not None:
+            kept = checked.base
+            kept.check(**key, engine=_original_engine(kept.original["kind"], runner))
+            original = dict(kept.original, base={"path": str(kept.path), "read": True})
+            rows = kept.logits
+        elif checked.original is not None:
             mark = time.perf_counter()
             engine = runner.facts["engine"]
             reference = open_runner(checked.original, context=request.context, engine=engine,
@@ -133,8 +177,22 @@ def evaluate(checked: CheckedRequest, log=print) -> dict:
             original = {"path": str(checked.original.path), "kind": checked.original.label,
                         **reference.facts,
                         "tokenizer_agrees": reference.tokenize(checked.text) == tokens}
+            rows = scored_rows(reference, windows)
+            if request.base is not None:
+                mark = time.perf_counter()
+                writer = BaseWriter(request.base, BaseKey(
+                    original_sha256=model_fingerprint(checked.original.path),
+                    engine=reference.facts["engine"], **key), original)
+                seconds["fingerprint_original"] = time.perf_counter() - mark
         mark = time.perf_counter()
-        scores = score_windows(runner, windows, reference, request.progress)
+        try:
+            scores = score_windows(runner, windows, rows, request.progress, writer)
+        except BaseException:
+            if writer is not None:
+                writer.abort()
+            raise
+        if writer is not None:
+            original["base"] = {"path": str(writer.close()), "read": False}
         seconds["windows"] = time.perf_counter() - mark
     finally:
         runner.close()
@@ -158,16 +216,31 @@ def evaluate(checked: CheckedRequest, log=print) -> dict:
             "seconds": {k: round(v, 2) for k, v in seconds.items()}}
 
 
-def score_windows(runner, windows, reference=None, progress: bool = False):
-    """Every window through ``runner`` (and ``reference``, anything with ``logits(ids)``: the
-    original's runner, or logits kept from an earlier run), scored (``Scores``)."""
+def _original_engine(kind: str, runner) -> str:
+    """The engine an original of ``kind`` (its label) runs in beside ``runner``: MODEL's for a
+    GGUF original, transformers for a directory."""
+    return runner.facts["engine"] if kind.startswith("GGUF") else "transformers"
+
+
+def scored_rows(reference, windows):
+    """``index -> the original's logits at window index's scored positions``, from its runner."""
+    def rows(index: int):
+        return reference.logits(windows.ids[index], windows.first)[:windows.scored_per_window]
+    return rows
+
+
+def score_windows(runner, windows, original=None, progress: bool = False, writer=None):
+    """Every window through ``runner``, scored (``Scores``); ``original(index)``: the
+    original's logits at the window's scored positions (its runner's, ``scored_rows``, or a
+    kept base's), each also given to ``writer`` (a ``BaseWriter``) where there is one."""
     from .scores import Scores, score_window
     scores = Scores()
     for index in _progress(range(windows.count), progress, windows.count,
-                           reference is not None):
-        ids = windows.ids[index]
-        logits = runner.logits(ids)
-        base = reference.logits(ids) if reference is not None else None
+                           original is not None):
+        logits = runner.logits(windows.ids[index], windows.first)
+        base = original(index) if original is not None else None
+        if writer is not None:
+            writer.add(base)
         scores.add(score_window(logits, windows.targets[index], windows.first, base))
     return scores
 
@@ -221,5 +294,16 @@ def format_summary(document: dict) -> str:
                      + ("" if original["tokenizer_agrees"] else
                         "; note: the original's own tokenizer cuts the text differently (both "
                         "were fed MODEL's tokens)"))
+        lines.append(f"original's perplexity {_interval_text(document['original_perplexity'], 4)}"
+                     f"; ratio {_interval_text(document['perplexity_ratio'], 5)}")
+        delta_p = {k: 100 * v if isinstance(v, float) else v
+                   for k, v in document["delta_p"].items()}
+        lines.append(f"Δp (p_model - p_original of the text's token) "
+                     f"{_interval_text(delta_p, 3)} %; RMS {delta_p['rms']:.3f} %, from "
+                     f"{delta_p['min']:.2f} to {delta_p['max']:.2f} %")
+        base = original.get("base")
+        if base:
+            lines.append(f"the original's logits {'read from' if base['read'] else 'kept in'} "
+                         f"{base['path']}")
     lines.append(f"{document['seconds']['total']:.1f} s")
     return "\n".join(lines)

@@ -32,8 +32,11 @@ class Runner:
     def tokenize(self, text: str) -> list[int]:
         raise NotImplementedError
 
-    def logits(self, ids: np.ndarray):
-        """The float32 logits (len(ids), vocab) of one window of token ids, a torch tensor."""
+    def logits(self, ids: np.ndarray, first: int = 0):
+        """The float32 logits (len(ids) - first, vocab) of positions ``first`` .. len(ids) - 1
+        of one window of token ids, a torch tensor: the positions before ``first`` are run (they
+        are the context) but their logits are not computed where the engine lets them be
+        skipped, as llama-perplexity skips them."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -54,6 +57,9 @@ class TransformersRunner(Runner):
         self.max_context = getattr(model.config.get_text_config(), "max_position_embeddings",
                                    None)
         self.bos = added_bos(tokenizer)
+        import inspect
+        # transformers' causal LMs take logits_to_keep (the last N positions' logits only)
+        self.keeps = "logits_to_keep" in inspect.signature(model.forward).parameters
 
     def tokenize(self, text: str) -> list[int]:
         return self.tokens_of(self.tokenizer, text)
@@ -65,11 +71,14 @@ class TransformersRunner(Runner):
         with quiet_transformers():  # "sequence longer than the model's maximum" is expected
             return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def logits(self, ids: np.ndarray):
+    def logits(self, ids: np.ndarray, first: int = 0):
         import torch
+        ids = torch.as_tensor(np.asarray(ids, np.int64))[None]
+        keep = {"logits_to_keep": ids.shape[1] - first} if self.keeps else {}
         with torch.no_grad():
-            out = self.model(torch.as_tensor(np.asarray(ids, np.int64))[None], use_cache=False)
-        return out.logits[0].float()
+            out = self.model(ids, use_cache=False, **keep)
+        logits = out.logits[0].float()
+        return logits if self.keeps else logits[first:]
 
     def close(self) -> None:
         for hook in self.hooks:
@@ -113,12 +122,23 @@ class LlamaCppRunner(Runner):
     def tokenize(self, text: str) -> list[int]:
         return llama_cpp_tokens(self.llm, text)
 
-    def logits(self, ids: np.ndarray):
+    def logits(self, ids: np.ndarray, first: int = 0):
+        """One decode of the window (it fits one batch: ``n_batch`` is the context), the KV
+        cache emptied first, logits asked for positions ``first`` on only (llama-cpp-python's
+        own ``eval`` asks for every position's or the last's): llama.cpp computes the output
+        head for those rows alone and returns them in order."""
         import torch
         ids = [int(i) for i in ids]
-        self.llm.reset()
-        self.llm.eval(ids)
-        return torch.from_numpy(np.array(self.llm.scores[: len(ids)], dtype=np.float32))
+        llm = self.llm
+        llm.reset()
+        llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+        llm._batch.set_batch(batch=ids, n_past=0, logits_all=False)
+        for position in range(len(ids)):
+            llm._batch.batch.logits[position] = position >= first
+        llm._ctx.decode(llm._batch)
+        rows, vocab = len(ids) - first, self.vocab_size
+        flat = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(rows * vocab,))
+        return torch.from_numpy(flat.reshape(rows, vocab).copy())
 
     def close(self) -> None:
         self.llm.close()

@@ -98,7 +98,7 @@ def test_scores_are_torch_cross_entropy_and_kl_divergence():
     logits = torch.randn(20, 50, generator=g) * 3
     reference = logits + torch.randn(20, 50, generator=g)
     targets = torch.randint(0, 50, (19,), generator=g)
-    got = score_window(logits, targets.numpy(), first=5, reference=reference)
+    got = score_window(logits[5:], targets.numpy(), first=5, reference=reference[5:19])
     expected_nll = torch.nn.functional.cross_entropy(logits[5:19].double(), targets[5:],
                                                      reduction="none")
     np.testing.assert_allclose(got.nll, expected_nll.numpy(), rtol=1e-12)
@@ -109,7 +109,7 @@ def test_scores_are_torch_cross_entropy_and_kl_divergence():
     np.testing.assert_allclose(got.kl, expected_kl.numpy(), rtol=1e-10, atol=1e-15)
     agree = (reference[5:19].argmax(-1) == logits[5:19].argmax(-1)).double().numpy()
     np.testing.assert_array_equal(got.top1_agrees, agree)
-    same = score_window(logits, targets.numpy(), first=0, reference=logits)
+    same = score_window(logits, targets.numpy(), first=0, reference=logits[:19])
     assert np.all(same.kl == 0) and np.all(same.top1_agrees == 1)
 
 
