@@ -65,7 +65,7 @@ def test_in_transformers_the_scores_are_transformers_own_loss(smollm2):
     from hscale.evaluation.text import cut_windows
     runner = open_runner(identify(smollm2, "MODEL"), context=128, engine="transformers")
     assert runner.bos is None and runner.vocab_size == 49152 and runner.max_context == 8192
-    assert "GGUF loading" in runner.facts["route"] and "Q4_1" in runner.facts["tensor_types"]
+    assert "tensor by tensor" in runner.facts["route"] and "Q4_1" in runner.facts["tensor_types"]
     windows = cut_windows(runner.tokenize(HELDOUT.read_text()), 128, 2, runner.bos)
     figures = score_windows(runner, windows).figures()
     with torch.no_grad():
