@@ -30,13 +30,20 @@ from hscale.reference.packing import (pack_codes, swizzle_scale_bytes, swizzle_s
                                       unpack_codes)
 
 from . import hexio
-from .families import coverage
+from .families import SetChoice, coverage
 from .activation_catalogue import level0_cases  # noqa: F401 - the family's cases
 
 FORMAT_NAME = "hscale-nvfp4-activation-vectors"
 #: Every activation set's name starts so (``act_bf16_static``).
 SET_PREFIX = "act_"
 FORMAT_VERSION = 1
+CHOICE = SetChoice(
+    "--recipe", "recipe", lambda: ACTIVATION_RECIPES,
+    "judge the activation sets' cases (act_*) as a run-time kernel of this recipe "
+    "(docs/spec.md section 8); the observed file then holds 'CASE row group scale_byte "
+    "packed_hex' and 'CASE gs g_hex' lines of activation cases",
+    "write what a run-time activation kernel of this recipe produces for the activation sets "
+    "(act_*) instead of the weight sets")
 CONVENTIONS = {
     "x": "the activations, (tokens, n) row-major, each value the hex of its bits in the set's "
          "dtype, one string per token",
@@ -255,6 +262,11 @@ def observed_lines(cases, recipe: str, with_global_scale: bool = True) -> list[s
                 lines.append(f"{case.id} {r} {i} {int(result.scale_bytes[r, i]):02x} "
                              f"{bytes(packed).hex()}")
     return lines
+
+
+def expect_lines(cases, recipe: str, with_global_scale: bool = True) -> list[str]:
+    """``hscale vectors expect --recipe R``: :func:`observed_lines`."""
+    return observed_lines(cases, recipe, with_global_scale)
 
 
 def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20,
