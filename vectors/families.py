@@ -5,6 +5,7 @@ module of this package with the same members, so that ``generate``, ``verify``, 
 
 - ``FORMAT_NAME``: the ``format`` of its JSON set files (how a file says which family it is),
   and ``SET_PREFIX``, how its sets' names start;
+- ``NO_VECTOR_CASE`` (optional): its kind's clauses no vector case holds, and why;
 - ``CHOICE``: a :class:`SetChoice`, what ``hscale vectors check`` and ``expect`` judge its sets
   as (a recipe, an accumulation model, a routing) and the option that says so;
 - ``level0_cases(seed)``: its level-0 cases (each with ``id``, ``title``, ``clauses``);
@@ -63,6 +64,12 @@ def family_of(document) -> object | None:
 def level0_family_cases(seed: int) -> dict:
     """kind -> its level-0 cases."""
     return {kind: module.level0_cases(seed) for kind, module in families().items()}
+
+
+def no_vector_case() -> dict:
+    """clause -> why no level-0 case holds it, of every family (``NO_VECTOR_CASE``)."""
+    return {clause: why for module in families().values()
+            for clause, why in getattr(module, "NO_VECTOR_CASE", {}).items()}
 
 
 def coverage(observed: int, total: int, absent: list, unit: str, vectors: str,

@@ -39,6 +39,8 @@ from typing import Callable
 
 from hscale.backends import CAPABILITIES
 from hscale.reference.activations import ACTIVATION_RECIPES, GLOBAL_SCALE_MODES
+from hscale.reference.random_bits import ROUTINGS
+from hscale.reference.stochastic_quantize import SCALINGS
 
 from .activation_domain import ACTIVATION_DTYPE_NAMES, ACTIVATION_LAYOUTS, SCALE_CONVENTIONS
 
@@ -153,6 +155,11 @@ def _activation_domain(backend, declarations: dict, label: str):
     return ActivationDomain.of(declarations)
 
 
+def _stochastic_domain(backend, declarations: dict, label: str):
+    from .stochastic import StochasticDomain
+    return StochasticDomain.of(declarations)
+
+
 def _gemm_domain(backend, declarations: dict, label: str):
     from .gemm import GemmDomain
     return GemmDomain.of(backend, label)
@@ -204,17 +211,6 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
                       lambda: tuple(sorted(CAPABILITIES)), many=True),),
          domain=_weight_domain, checker="hscale.conformance.checker:Checker",
          fixture="checker"),
-    Kind("gemm",
-         "a block-scaled GEMM: gemm(a, b, out_dtype=...) returns a @ b^T of two NVFP4 tensors, "
-         "or of activations and an NVFP4 weight, under the accumulation model it declares "
-         "(docs/spec.md section 10)",
-         ("NVFP4-GEMM-",),
-         ("gemm",),
-         tuple(Declaration(attribute, meaning, reader=_gemm_reader(attribute))
-               for attribute, meaning in GEMM_DECLARATIONS),
-         domain=_gemm_domain, checker="hscale.conformance.gemm_checker:GemmChecker",
-         fixture="gemm_checker", tally="hscale.conformance.checker:GemmTally",
-         family="hscale.vectors.gemm_files"),
     Kind("activation",
          "a run-time activation quantizer: quantize_activations(x, global_scale) returns the "
          "codes and scale bytes an engine feeds its FP4 matmul (docs/spec.md section 8)",
@@ -236,6 +232,35 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          domain=_activation_domain,
          checker="hscale.conformance.activation_checker:ActivationChecker",
          fixture="activation_checker", family="hscale.vectors.activation_sets"),
+    Kind("gemm",
+         "a block-scaled GEMM: gemm(a, b, out_dtype=...) returns a @ b^T of two NVFP4 tensors, "
+         "or of activations and an NVFP4 weight, under the accumulation model it declares "
+         "(docs/spec.md section 10)",
+         ("NVFP4-GEMM-",),
+         ("gemm",),
+         tuple(Declaration(attribute, meaning, reader=_gemm_reader(attribute))
+               for attribute, meaning in GEMM_DECLARATIONS),
+         domain=_gemm_domain, checker="hscale.conformance.gemm_checker:GemmChecker",
+         fixture="gemm_checker", tally="hscale.conformance.checker:GemmTally",
+         family="hscale.vectors.gemm_files"),
+    Kind("stochastic",
+         "a stochastic-rounding quantizer (training gradients): quantize_stochastic(x, "
+         "global_scale, random_bits=, seed=) returns E2M1 codes rounded with random bits, and "
+         "the scale bytes of the recipe it scales by (docs/spec.md section 11)",
+         ("NVFP4-SR-",),
+         ("quantize_stochastic",),
+         (Declaration("sr_scaling", "what it rounds: its fp32 inputs as they are (none) or "
+                      "an activation recipe's products (NVFP4-SR-1)",
+                      lambda: SCALINGS, default="none"),
+          Declaration("sr_random_bits", "whether it takes the random bits (given: judged bit "
+                      "for bit) or a seed only (hidden: the acceptance test, NVFP4-SR-6)",
+                      lambda: ("given", "hidden"), default="given"),
+          Declaration("sr_routing", "which byte of a random word each element takes "
+                      "(NVFP4-SR-4)", lambda: ROUTINGS, default="straight")),
+         domain=_stochastic_domain,
+         checker="hscale.conformance.stochastic_checker:StochasticChecker",
+         fixture="stochastic_checker", tally="hscale.conformance.stochastic_checker:SRTally",
+         family="hscale.vectors.stochastic_sets"),
 )}
 
 

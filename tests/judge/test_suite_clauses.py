@@ -18,7 +18,9 @@ from hscale.vectors.catalogue import level0_cases
 from helpers.selftest import collected_clause_markers
 
 HERE = Path(__file__).parent
-TEST_DIRS = (HERE.parent / "conformance", HERE)
+#: The suite (conformance/) and every room of the kit's tests (tests/<room>/).
+TEST_DIRS = (HERE.parent.parent / "conformance",
+             *sorted(p for p in HERE.parent.iterdir() if p.is_dir() and p.name != "helpers"))
 
 
 
@@ -149,6 +151,10 @@ SPEC_CONTENTS = {
             | {f"NVFP4-GEMM-{k}" for k in range(1, 9)},
             "allowances": set(SPEC_1_0_ALLOWANCES) | {"supplied-reciprocal"}},
 }
+# 1.6: the training quantizers: stochastic rounding (section 11)
+SPEC_CONTENTS["1.6"] = {
+    "clauses": SPEC_CONTENTS["1.5"]["clauses"] | {f"NVFP4-SR-{k}" for k in range(1, 7)},
+    "allowances": SPEC_CONTENTS["1.5"]["allowances"]}
 
 
 @pytest.mark.clause("SUITE-CLAUSES-1")
