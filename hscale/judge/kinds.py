@@ -39,7 +39,10 @@ from typing import Callable
 
 from hscale.backends import CAPABILITIES
 from hscale.reference.activations import ACTIVATION_RECIPES, GLOBAL_SCALE_MODES
+from hscale.reference.hadamard import PROFILES as HADAMARD_PROFILES
+from hscale.reference.hadamard import TE_SIGN_MASK
 from hscale.reference.random_bits import ROUTINGS
+from hscale.reference.rht_quantize import AXES as RHT_AXES
 from hscale.reference.stochastic_quantize import SCALINGS
 
 from .activation_domain import ACTIVATION_DTYPE_NAMES, ACTIVATION_LAYOUTS, SCALE_CONVENTIONS
@@ -160,6 +163,16 @@ def _stochastic_domain(backend, declarations: dict, label: str):
     return StochasticDomain.of(declarations)
 
 
+def _rht_domain(backend, declarations: dict, label: str):
+    from .rht import RhtDomain
+    return RhtDomain.of(declarations)
+
+
+def _rht_mask_reader(backend, label: str) -> int:
+    from .rht import read_rht_mask
+    return read_rht_mask(backend, label)
+
+
 def _gemm_domain(backend, declarations: dict, label: str):
     from .gemm import GemmDomain
     return GemmDomain.of(backend, label)
@@ -261,6 +274,23 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          checker="hscale.conformance.stochastic_checker:StochasticChecker",
          fixture="stochastic_checker", tally="hscale.conformance.stochastic_checker:SRTally",
          family="hscale.vectors.stochastic_sets"),
+    Kind("rht",
+         "a quantizer after the 16 x 16 random Hadamard transform (training's wgrad "
+         "operands): quantize_rht(x) returns the codes, scale bytes and global scale of the "
+         "transformed tensor (docs/spec.md section 12)",
+         ("NVFP4-RHT-",),
+         ("quantize_rht",),
+         (Declaration("rht_sign_mask", "its sign vector as a 16-bit mask, bit i set where "
+                      "s_i = -1 (TransformerEngine's 0xD7E8; 0 for a plain transform; "
+                      "NVFP4-RHT-1)", default=TE_SIGN_MASK, reader=_rht_mask_reader),
+          Declaration("rht_profile", "how the transformed values are rounded: exact (to "
+                      "bfloat16, then the exact recipe) or fast-math (fp32, the fast-math "
+                      "recipe), NVFP4-RHT-2", lambda: tuple(HADAMARD_PROFILES), default="exact"),
+          Declaration("rht_axis", "which axis it transforms: columnwise (the transposed copy, "
+                      "16 consecutive tokens) or rowwise (NVFP4-RHT-1)", lambda: RHT_AXES,
+                      default="columnwise")),
+         domain=_rht_domain, checker="hscale.conformance.rht_checker:RhtChecker",
+         fixture="rht_checker", family="hscale.vectors.rht_sets"),
 )}
 
 
