@@ -291,6 +291,14 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
                       default="columnwise")),
          domain=_rht_domain, checker="hscale.conformance.rht_checker:RhtChecker",
          fixture="rht_checker", family="hscale.vectors.rht_sets"),
+    Kind("tile",
+         "a weight quantizer with one scale per 16 x 16 tile (training's weights): "
+         "quantize_2d(w) returns codes, per-group scale bytes and the global scale, and the "
+         "transpose of W gives the transposed result (docs/spec.md section 13)",
+         ("NVFP4-2D-",),
+         ("quantize_2d",),
+         checker="hscale.conformance.tile_checker:TileChecker", fixture="tile_checker",
+         family="hscale.vectors.tile_sets"),
 )}
 
 
