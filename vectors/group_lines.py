@@ -1,6 +1,6 @@
 """The observed-file lines of a quantized tensor's groups, ``CASE row group byte packed`` and
 ``CASE gs g``: one reader and one writer for the families whose results are codes, scale bytes
-and a global scale (the rht and tile sets; docs/vectors.md)."""
+and a global scale (the activation, rht and tile sets; docs/vectors.md)."""
 
 from __future__ import annotations
 
@@ -22,16 +22,17 @@ def write_group_lines(case_id: str, codes, scale_bytes, global_scale) -> list[st
     return lines
 
 
-def read_group_lines(lines: list[str], known: set, what: str) -> dict:
-    """case id -> {"groups": {(row, group): (byte, packed bytes)}, "gs": g or None}."""
+def read_group_lines(lines: list[str], known: set, what: str, hint: str = "") -> dict:
+    """case id -> {"groups": {(row, group): (byte, packed bytes)}, "gs": g or None}; ``hint``:
+    the command that lists the cases (``hscale vectors expect --recipe R``)."""
     seen: dict[str, dict] = {}
     for number, line in enumerate(lines, 1):
         words = line.split()
         if not words or line.lstrip().startswith(("#", "//")):
             continue
         if words[0] not in known:
-            raise ValueError(f"line {number}: no {what} case {words[0]!r} (hscale vectors expect "
-                             "lists them)")
+            raise ValueError(f"line {number}: no {what} case {words[0]!r} "
+                             f"({hint or 'hscale vectors expect'} lists them)")
         entry = seen.setdefault(words[0], {"groups": {}, "gs": None})
         if len(words) == 3 and words[1] == "gs":
             entry["gs"] = hexio.scalar_from_hex(words[2])

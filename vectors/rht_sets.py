@@ -17,7 +17,7 @@ from hscale.reference.hadamard import TE_SIGN_MASK
 from hscale.reference.rht_quantize import quantize_rht, transformed
 
 from . import hexio
-from .families import SetChoice, coverage
+from .families import SetChoice, coverage, verify_cases
 from .group_lines import assembled, read_group_lines, write_group_lines
 
 FORMAT_NAME = "hscale-nvfp4-rht-vectors"
@@ -98,20 +98,9 @@ def render_files(cases, level: int, seed: int, spec_version: str) -> dict[str, b
 
 
 def verify_document(name: str, document: dict, level: int, seed: int, spec_version: str):
-    problems, cases = [], []
-    for number, entry in enumerate(document.get("cases", [])):
-        try:
-            stored = case_from_json(entry)
-        except (KeyError, ValueError, TypeError, IndexError) as error:
-            problems.append(f"{name}: cases[{number}]: unreadable rht case ({error})")
-            continue
-        fresh = case_json(stored)
-        if fresh != entry:
-            from .verify import _first_difference
-            problems.append(f"{name}: case {stored.id}: {_first_difference(entry, fresh)}")
-        cases.append(stored)
-    rendered = render_files(cases, level, seed, spec_version) if cases and not problems else {}
-    return problems, rendered, cases
+    """``(problems, the set's files as its stored inputs render, its cases)``."""
+    return verify_cases(name, document, "rht", case_from_json, case_json,
+                        lambda cases: render_files(cases, level, seed, spec_version))
 
 
 def expect_lines(cases, variant: str, with_global_scale: bool = True) -> list[str]:

@@ -22,7 +22,7 @@ from hscale.reference.random_bits import PER_WORD, ROUTINGS, element_bytes
 from hscale.reference.stochastic_rounding import discarded_top_array
 
 from . import hexio
-from .families import SetChoice, coverage
+from .families import SetChoice, coverage, verify_cases
 
 FORMAT_NAME = "hscale-nvfp4-stochastic-vectors"
 SET_PREFIX = "sr_"
@@ -119,20 +119,8 @@ def render_files(cases, level: int, seed: int, spec_version: str) -> dict[str, b
 
 def verify_document(name: str, document: dict, level: int, seed: int, spec_version: str):
     """``(problems, the set's files as its stored inputs render, its cases)``."""
-    problems, cases = [], []
-    for number, entry in enumerate(document.get("cases", [])):
-        try:
-            stored = case_from_json(entry)
-        except (KeyError, ValueError, TypeError, IndexError) as error:
-            problems.append(f"{name}: cases[{number}]: unreadable stochastic case ({error})")
-            continue
-        fresh = case_json(stored, expected_codes(stored))
-        if fresh != entry:
-            from .verify import _first_difference
-            problems.append(f"{name}: case {stored.id}: {_first_difference(entry, fresh)}")
-        cases.append(stored)
-    rendered = render_files(cases, level, seed, spec_version) if cases and not problems else {}
-    return problems, rendered, cases
+    return verify_cases(name, document, "stochastic", case_from_json, lambda case: case_json(case, expected_codes(case)),
+                        lambda cases: render_files(cases, level, seed, spec_version))
 
 
 # ------------------------------------------------------------------------------------------

@@ -18,12 +18,12 @@ import numpy as np
 
 from hscale.reference.activations import RANGE, quantize_activations
 from hscale.reference.hadamard import PROFILES, TE_SIGN_MASK
-from hscale.reference.packing import unpack_codes
 from hscale.reference.rht_quantize import AXES, RECIPE_OF_PROFILE, quantize_rht, transformed
 
 from .activation_domain import ObservedActivations
 from .activations import ActivationCase, diagnose_activations
 from .findings import Finding, fp32_hex
+from .quantized_result import read_quantized
 
 
 @dataclass(frozen=True)
@@ -63,25 +63,8 @@ def read_rht_mask(backend, label: str) -> int:
 
 
 def observe_rht(result, shape) -> tuple[ObservedActivations | None, list]:
-    """What the kernel returned: ``codes`` or ``packed``, ``scale_bytes`` (row-major) and
-    ``global_scale`` (g, the quantization multiplier), for the transformed tensor of ``shape``."""
-    rows, n = shape
-
-    def member(name):
-        return result.get(name) if isinstance(result, dict) else getattr(result, name, None)
-
-    codes = member("codes")
-    if codes is None and member("packed") is not None:
-        codes = unpack_codes(np.asarray(member("packed")).astype(np.uint8))
-    scale_bytes, g = member("scale_bytes"), member("global_scale")
-    if codes is None or np.shape(codes) != (rows, n) or scale_bytes is None \
-            or np.shape(scale_bytes) != (rows, n // 16) or g is None:
-        return None, [Finding("NVFP4-RHT-1", f"the result is not codes {(rows, n)}, scale bytes "
-                              f"{(rows, n // 16)} and a global scale of the transformed tensor")]
-    g = np.float32(g)
-    return ObservedActivations(np.asarray(codes).astype(np.uint8),
-                               np.asarray(scale_bytes).astype(np.uint8), g,
-                               np.float32(1) / g), []
+    """What the kernel returned for the transformed tensor of ``shape``."""
+    return read_quantized(result, shape, "NVFP4-RHT-1", "the transformed tensor")
 
 
 def _same(observed: ObservedActivations, result) -> bool:

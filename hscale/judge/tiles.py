@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hscale.reference.activations import quantize_activations
-from hscale.reference.packing import unpack_codes
 from hscale.reference.tile_scaling import TILE, quantize_2d, transposed
 
 from .activation_domain import ObservedActivations
 from .findings import Finding, fp32_hex
+from .quantized_result import read_quantized
 
 
 @dataclass(frozen=True)
@@ -28,23 +28,7 @@ class TileCase:
 
 
 def observe_2d(result, shape) -> tuple[ObservedActivations | None, list]:
-    rows, n = shape
-
-    def member(name):
-        return result.get(name) if isinstance(result, dict) else getattr(result, name, None)
-
-    codes = member("codes")
-    if codes is None and member("packed") is not None:
-        codes = unpack_codes(np.asarray(member("packed")).astype(np.uint8))
-    scale_bytes, g = member("scale_bytes"), member("global_scale")
-    if codes is None or np.shape(codes) != (rows, n) or scale_bytes is None \
-            or np.shape(scale_bytes) != (rows, n // 16) or g is None:
-        return None, [Finding("NVFP4-2D-1", f"the result is not codes {(rows, n)}, scale bytes "
-                              f"{(rows, n // 16)} (one per 1 x 16 group) and a global scale")]
-    g = np.float32(g)
-    return ObservedActivations(np.asarray(codes).astype(np.uint8),
-                               np.asarray(scale_bytes).astype(np.uint8), g,
-                               np.float32(1) / g), []
+    return read_quantized(result, shape, "NVFP4-2D-1")
 
 
 @dataclass
