@@ -230,6 +230,7 @@ def build(*, backend: dict, declared: Declared, domain, tally, items: dict, outc
         "spec": {"version": SPEC_VERSION, "source": "docs/spec.md (hscale.docs/spec.md)",
                  "clauses": len(clause_ids())},
         "backend": backend,
+        "platform": platform_record(backend),
         "kinds_declared": [k for k in KINDS if k in declared.kinds],
         "kinds": kinds,
         "domain": domain.as_json(),
@@ -257,6 +258,17 @@ def build(*, backend: dict, declared: Declared, domain, tally, items: dict, outc
         "command": command,
         "duration_s": round(duration_s, 1),
     }
+
+
+def platform_record(backend: dict) -> dict:
+    """Where the run ran: the host's architecture and system, and the device the backend says
+    it ran on (its ``device`` attribute: "cuda:0 NVIDIA B200 (sm_100a)"; the host CPU when it
+    says none). The same supported cell runs different numerics on different chips (the byte
+    routing of stochastic rounding, NVFP4-SR-4), so a certificate names both."""
+    import platform
+    return {"machine": platform.machine(), "system": platform.system(),
+            "python": platform.python_version(),
+            "device": backend.get("device") or f"host CPU ({platform.machine()})"}
 
 
 def render_summary(certificate: dict) -> list[str]:

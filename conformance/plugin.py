@@ -459,6 +459,7 @@ def build_report(st: SuiteState, entry: BackendEntry) -> dict:
         backend={"id": entry.id, "spec": entry.spec, "version": entry.version,
                  "name": getattr(entry.backend, "name", None),
                  "capabilities": sorted(getattr(entry.backend, "capabilities", ())),
+                 "device": _device(entry.backend),
                  "available": entry.available, "reason": entry.reason},
         declared=entry.declared, domain=entry.domain,
         tally=Tally.merged(entry.tallies.values()), kind_tallies=entry.tallies, items=st.items,
@@ -468,6 +469,15 @@ def build_report(st: SuiteState, entry: BackendEntry) -> dict:
                     "derandomize": s.derandomize,
                     "seed": None if st.hypothesis_seed is None else str(st.hypothesis_seed)},
         command=st.command, duration_s=time.time() - st.started)
+
+
+def _device(backend) -> str | None:
+    """The device a backend says it runs on (its optional ``device`` attribute), as text."""
+    try:
+        device = getattr(backend, "device", None)
+        return None if device is None or callable(device) else str(device)
+    except Exception as exc:  # noqa: BLE001 - a broken property is reported, not raised
+        return f"<device raised {exc!r}>"
 
 
 def pytest_sessionfinish(session, exitstatus):
