@@ -1,8 +1,8 @@
 """Golden vectors of the rht kind (docs/spec.md section 12, docs/vectors.md): bfloat16 tensors
 and, for each variant (TransformerEngine's sign mask 0xD7E8 or a plain transform, the ``exact``
 or ``fast-math`` rounding profile; the column-wise copy), the transformed values and their
-quantization (global scale, scale bytes, codes). One set, ``rht_16x16``, as JSON; ``hscale vectors check --rht VARIANT`` reads the group lines of
-``hscale.vectors.group_lines``.
+quantization (global scale, scale bytes, codes). One set, ``rht_16x16``, as JSON; ``hscale
+vectors check --rht VARIANT`` reads the group lines of ``hscale.vectors.group_lines``.
 """
 
 from __future__ import annotations

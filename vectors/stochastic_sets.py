@@ -119,7 +119,8 @@ def render_files(cases, level: int, seed: int, spec_version: str) -> dict[str, b
 
 def verify_document(name: str, document: dict, level: int, seed: int, spec_version: str):
     """``(problems, the set's files as its stored inputs render, its cases)``."""
-    return verify_cases(name, document, "stochastic", case_from_json, lambda case: case_json(case, expected_codes(case)),
+    return verify_cases(name, document, "stochastic", case_from_json,
+                        lambda case: case_json(case, expected_codes(case)),
                         lambda cases: render_files(cases, level, seed, spec_version))
 
 

@@ -1,9 +1,10 @@
 """Exact constructions for the stochastic kind (docs/spec.md section 11), shared by the suite's
 tests and the golden vectors: every grid cell with every byte, the specials with the bytes
 0x00, 0xFF and random ones, the inputs where a carry computed by ``fmaf`` to nearest goes
-wrong, and random words over the whole range. Each value is exact in fp32; each uses words that give every element every byte it is
-meant to meet under any routing of NVFP4-SR-4 (a byte repeated four times is the same byte in
-every slot, and 0x00 and 0xFF are their own bit reversals).
+wrong, and random words over the whole range. Each value is exact in fp32; each construction
+but the last uses words that give every element every byte it is meant to meet under any
+routing of NVFP4-SR-4 (a byte repeated four times is the same byte in every slot, and 0x00 and
+0xFF are their own bit reversals).
 """
 
 from __future__ import annotations

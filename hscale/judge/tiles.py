@@ -73,11 +73,14 @@ def diagnose_2d(case: TileCase, observed: ObservedActivations, limit: int = 20) 
             group=(int(r), int(i)), kind="byte"))
     if diagnosis.findings:
         return diagnosis
+    w32 = np.asarray(case.w).astype(np.float32)
     for r, j in np.argwhere(observed.codes != expected.codes)[:limit]:
+        want, got = f"0x{int(expected.codes[r, j]):X}", f"0x{int(observed.codes[r, j]):X}"
         diagnosis.findings.append(Finding(
-            "NVFP4-2D-1", f"code expected 0x{int(expected.codes[r, j]):X} observed "
-            f"0x{int(observed.codes[r, j]):X}", group=(int(r), int(j) // 16),
-            element=int(j) % 16, kind="code"))
+            "NVFP4-2D-1", f"w = {float(w32[r, j])!r} ({fp32_hex(w32[r, j])}) at the tile's byte "
+            f"0x{int(expected.scale_bytes[r, j // 16]):02X}: code expected {want} observed "
+            f"{got}", group=(int(r), int(j) // 16), element=int(j) % 16, kind="code",
+            expected=want, observed=got))
     return diagnosis
 
 

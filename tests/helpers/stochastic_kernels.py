@@ -3,8 +3,9 @@
 it judges any third party (tests/judge/test_stochastic_certificates.py).
 
 - ``CarryExact(routing)``: the carry rule in integer arithmetic on the fp32 bits (``|v|`` as an
-  integer number of 2^-32, ``D_top`` by a shift and an integer division), the specials of satfinite, the bytes of
-  each word routed by ``routing``; it may declare another routing than it implements;
+  integer number of 2^-32, ``D_top`` by a shift and an integer division), the specials of
+  satfinite, the bytes of each word routed by ``routing``; it may declare another routing than
+  it implements;
 - its faults, each one change (``fault=``): ``nearest`` (the bits ignored: round to nearest
   even), ``fmaf-nearest`` (the carry computed as ``fmaf(r/256, step, |v|)`` rounded to nearest,
   then floored: TransformerEngine's software fallback as its source describes it, see

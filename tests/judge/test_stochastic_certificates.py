@@ -24,7 +24,8 @@ def certificates(tmp_path_factory) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         filter(None, [str(REPO_ROOT / "tests"), os.environ.get("PYTHONPATH")])))
     env.pop("CI", None)
-    backends = [a for f in BACKENDS.values() for a in ("--backend", f"helpers.stochastic_kernels:{f}")]
+    backends = [arg for factory in BACKENDS.values()
+                for arg in ("--backend", f"helpers.stochastic_kernels:{factory}")]
     done = subprocess.run(suite_command("--kind", "stochastic", "--hypothesis-profile", "mutant",
                                         "--certificate", str(where / "{backend}.json"),
                                         *backends),

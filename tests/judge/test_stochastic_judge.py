@@ -116,7 +116,8 @@ def test_the_acceptance_test_over_1000_seeds():
 
 @pytest.mark.clause("NVFP4-SR-6")
 def test_the_acceptance_tests_false_refusal_rate_is_as_stated():
-    """Each interval excludes at most ACCEPTANCE_LEVEL of its binomial's mass (summed in 60 digits), so
+    """Each interval excludes at most ACCEPTANCE_LEVEL of its binomial's mass (summed in 60
+    digits), so
     a conforming kernel is refused with probability at most 7e-7 per call (docs/spec.md)."""
     from decimal import Decimal, localcontext
     n = ACCEPTANCE_COPIES
