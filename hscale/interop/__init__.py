@@ -92,14 +92,16 @@ GPU_ONLY = (
 )
 
 
-def suite_argv(spec: str, kind: str, certificate: Path, *options: str) -> list[str]:
-    """The installed suite on one adapter, as a vendor runs it, for the tests of one kind of
-    the table (``--kind``, hscale.judge.kinds): the one command line of ``hscale interop``."""
+def suite_argv(spec: str, kind: str, certificate: Path, *options: str,
+               prefix: str = PREFIX) -> list[str]:
+    """The installed suite on one adapter (``prefix + spec``), as a vendor runs it, for the
+    tests of one kind of the table (``--kind``, hscale.judge.kinds): the one command line of
+    ``hscale interop``."""
     from hscale.judge.kinds import KINDS
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r}: the suite certifies {', '.join(KINDS)}")
     return [sys.executable, "-m", "pytest", "--pyargs", "hscale.conformance", "-q", "-p",
-            "no:cacheprovider", "--backend", PREFIX + spec, "--kind", kind,
+            "no:cacheprovider", "--backend", prefix + spec, "--kind", kind,
             "--hypothesis-profile", "ci", "--certificate", str(certificate), *options]
 
 
