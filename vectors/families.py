@@ -66,25 +66,6 @@ def level0_family_cases(seed: int) -> dict:
     return {kind: module.level0_cases(seed) for kind, module in families().items()}
 
 
-def verify_cases(name: str, document: dict, what: str, case_from_json, fresh_json, render):
-    """The one verify step of a family's set file: ``(problems, the files the stored inputs
-    render, the cases)``: each case read (``case_from_json``), recomputed from its stored inputs
-    (``fresh_json(case)``) and compared with what is stored; ``render(cases)`` the set's files."""
-    problems, cases = [], []
-    for number, entry in enumerate(document.get("cases", [])):
-        try:
-            stored = case_from_json(entry)
-        except (KeyError, ValueError, TypeError, IndexError) as error:
-            problems.append(f"{name}: cases[{number}]: unreadable {what} case ({error})")
-            continue
-        fresh = fresh_json(stored)
-        if fresh != entry:
-            from .verify import _first_difference
-            problems.append(f"{name}: case {stored.id}: {_first_difference(entry, fresh)}")
-        cases.append(stored)
-    return problems, (render(cases) if cases and not problems else {}), cases
-
-
 def no_vector_case() -> dict:
     """clause -> why no level-0 case holds it, of every family (``NO_VECTOR_CASE``)."""
     return {clause: why for module in families().values()

@@ -17,7 +17,7 @@ from hscale.reference.hadamard import TE_SIGN_MASK
 from hscale.reference.rht_quantize import quantize_rht, transformed
 
 from . import hexio
-from .families import SetChoice, coverage, verify_cases
+from .families import SetChoice, coverage
 from .group_lines import assembled, read_group_lines, write_group_lines
 
 FORMAT_NAME = "hscale-nvfp4-rht-vectors"
@@ -99,6 +99,7 @@ def render_files(cases, level: int, seed: int, spec_version: str) -> dict[str, b
 
 def verify_document(name: str, document: dict, level: int, seed: int, spec_version: str):
     """``(problems, the set's files as its stored inputs render, its cases)``."""
+    from .verify import verify_cases
     return verify_cases(name, document, "rht", case_from_json, case_json,
                         lambda cases: render_files(cases, level, seed, spec_version))
 

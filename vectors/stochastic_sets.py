@@ -22,7 +22,7 @@ from hscale.reference.random_bits import PER_WORD, ROUTINGS, element_bytes
 from hscale.reference.stochastic_rounding import discarded_top_array
 
 from . import hexio
-from .families import SetChoice, coverage, verify_cases
+from .families import SetChoice, coverage
 
 FORMAT_NAME = "hscale-nvfp4-stochastic-vectors"
 SET_PREFIX = "sr_"
@@ -119,6 +119,7 @@ def render_files(cases, level: int, seed: int, spec_version: str) -> dict[str, b
 
 def verify_document(name: str, document: dict, level: int, seed: int, spec_version: str):
     """``(problems, the set's files as its stored inputs render, its cases)``."""
+    from .verify import verify_cases
     return verify_cases(name, document, "stochastic", case_from_json,
                         lambda case: case_json(case, expected_codes(case)),
                         lambda cases: render_files(cases, level, seed, spec_version))

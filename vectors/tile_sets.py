@@ -16,7 +16,7 @@ from hscale.judge.tiles import TileCase, diagnose_2d
 from hscale.reference.tile_scaling import TILE_RECIPES, quantize_2d
 
 from . import hexio
-from .families import SetChoice, coverage, verify_cases
+from .families import SetChoice, coverage
 from .group_lines import assembled, read_group_lines, write_group_lines
 
 FORMAT_NAME = "hscale-nvfp4-tile-vectors"
@@ -82,6 +82,7 @@ def render_files(cases, level: int, seed: int, spec_version: str) -> dict[str, b
 
 def verify_document(name: str, document: dict, level: int, seed: int, spec_version: str):
     """``(problems, the set's files as its stored inputs render, its cases)``."""
+    from .verify import verify_cases
     return verify_cases(name, document, "tile", case_from_json, case_json,
                         lambda cases: render_files(cases, level, seed, spec_version))
 
