@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hscale.conformance.checker import Tally, fail_raised
+from hscale.conformance.checker import Tally, fail_citing, fail_raised
 from hscale.judge.activation_domain import ActivationDomain, observe_activations
 from hscale.judge.activations import ActivationCase, diagnose_activations
 from hscale.judge.builders import exact
@@ -35,6 +35,13 @@ class ActivationChecker:
         self.domain = domain
         self.tally = tally if tally is not None else Tally()
         self.test = test
+
+    @classmethod
+    def for_test(cls, request, backend, entry, state) -> "ActivationChecker":
+        """The checker of one suite test (``hscale.judge.kinds``: the activation kind's
+        fixture; its domain built once, from the checked declarations)."""
+        return cls(backend, entry.id, entry.declared.domains["activation"],
+                   entry.tally_of("activation"), test=request.node.nodeid)
 
     @property
     def recipe(self) -> str:
@@ -103,8 +110,8 @@ class ActivationChecker:
             fail_raised(self.label, case, error)
         observed, findings = observe_activations(raw, case.shape, self.domain)
         if findings:
-            pytest.fail(self._header(case) + "\n"
-                        + "\n".join("  " + f.render() for f in findings), pytrace=False)
+            fail_citing(self._header(case) + "\n"
+                        + "\n".join("  " + f.render() for f in findings), findings)
         return case, observed
 
     def check(self, case: ActivationCase, rounding: bool = False):
@@ -115,8 +122,8 @@ class ActivationChecker:
         self.tally.groups += int(np.prod(case.shape)) // GROUP_SIZE
         diagnosis = diagnose_activations(case, observed, self.domain.recipe)
         if not diagnosis.ok:
-            pytest.fail("\n".join([self._header(case)] + diagnosis.render(case)),
-                        pytrace=False)
+            fail_citing("\n".join([self._header(case)] + diagnosis.render(case)),
+                        diagnosis.findings)
         return observed
 
     def _header(self, case: ActivationCase) -> str:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from hscale import SPEC_VERSION, __version__
-from hscale.judge.clauses import cited_clauses, clause_ids, registry
+from hscale.judge.clauses import clause_ids, registry
 from hscale.judge.kinds import (DEFAULT_KINDS, JUDGED_ELSEWHERE, KINDS, Declared, kind_of_clause,
                                 kind_of_test, shown)
 from hscale.judge.profiles import ALLOWANCES
@@ -48,20 +48,29 @@ def _row() -> dict:
             "skip_reasons": []}
 
 
+def cited_clauses(findings) -> list[str]:
+    """The clauses a failure's findings cite (their records' ``clause``), in order, once."""
+    return list(dict.fromkeys(finding["clause"] for finding in findings or ()))
+
+
 def clause_statuses(items: dict, outcomes: dict, backend_id: str, allowance_uses: Counter,
-                    kinds=DEFAULT_KINDS) -> dict:
+                    kinds=DEFAULT_KINDS, cited_by: dict | None = None) -> dict:
     """clause -> {status, passed, failed, error, skipped, failing} over the tests run on the
     backend (``items``: nodeid -> (backend id, clauses); ``outcomes``: nodeid -> (outcome,
-    text)). A failure counts against the clauses its findings cite; a failure that cites none
-    (the backend raised on valid input) is an error of every clause its test names. The
-    clauses of a kind the backend does not declare (``kinds``) are not applicable."""
+    text); ``cited_by``: nodeid -> the finding records its failure cites, as the checkers
+    raised them, never read back from the text). A failure counts against the clauses its
+    findings cite; a failure that cites none (the backend raised on valid input) is an error of
+    every clause its test names. The clauses of a kind the backend does not declare
+    (``kinds``) are not applicable."""
     used = {ALLOWANCES[a].clause for a, n in allowance_uses.items() if n}
     rows = {c: _row() for c in clause_ids()}
+    cited_by = cited_by or {}
     for nodeid, (owner, ids) in items.items():
         if owner != backend_id:
             continue
         outcome, text = outcomes.get(nodeid, ("not run", ""))
-        cited = cited_clauses(text) if outcome in ("failed", "error") else []
+        findings = cited_by.get(nodeid, []) if outcome in ("failed", "error") else []
+        cited = cited_clauses(findings)
         for cid in ids:
             row = rows.setdefault(cid, _row())
             if outcome in ("failed", "error"):
@@ -72,6 +81,7 @@ def clause_statuses(items: dict, outcomes: dict, backend_id: str, allowance_uses
                 row[kind] += 1
                 row["failing"].append(nodeid)
                 row.setdefault("first_failure", text[:FAILURE_TEXT])
+                _first_finding(row, cid, findings)
             elif outcome in ("passed", "skipped"):
                 row[outcome] += 1
                 if outcome == "skipped" and text not in row["skip_reasons"]:
@@ -84,6 +94,7 @@ def clause_statuses(items: dict, outcomes: dict, backend_id: str, allowance_uses
                 row["failed"] += 1
                 row["failing"].append(nodeid)
                 row.setdefault("first_failure", text[:FAILURE_TEXT])
+                _first_finding(row, cid, findings)
     for cid, row in rows.items():
         kind = kind_of_clause(cid)
         if kind is not None and kind not in kinds:
@@ -125,6 +136,14 @@ def clause_statuses(items: dict, outcomes: dict, backend_id: str, allowance_uses
     return rows
 
 
+def _first_finding(row: dict, clause: str, findings) -> None:
+    """The clause's first finding, as its record (place, expected, observed), once."""
+    if "first_finding" not in row:
+        mine = [f for f in findings if f["clause"] == clause]
+        if mine:
+            row["first_finding"] = mine[0]
+
+
 def contract_summary(contract: list[dict]) -> dict:
     """The input-contract part: every bad input with its outcome, and the counts."""
     counts = Counter(item["outcome"] for item in contract if item.get("judged", True))
@@ -163,12 +182,15 @@ def verdicts(clauses: dict, contract: dict, strict_inputs: bool, tests: Counter)
 
 def build(*, backend: dict, declared: Declared, domain, tally, items: dict, outcomes: dict,
           profile: str, allowances, strict_inputs: bool, hypothesis: dict, command: str,
-          duration_s: float) -> dict:
+          duration_s: float, kind_tallies: dict | None = None,
+          cited: dict | None = None) -> dict:
     """The certificate of one backend, as the JSON a vendor keeps (docs/conformance.md):
     ``backend`` what it is (id, spec, version, name, capabilities, availability), ``declared``
-    its kinds and their declarations, ``domain`` its declared domain, ``tally`` the checker's
-    counts, ``items`` / ``outcomes`` every suite test of the run (nodeid -> (backend id,
-    clauses) / (outcome, text))."""
+    its kinds and their declarations, ``domain`` its declared domain, ``tally`` the checkers'
+    common counts (every kind's, summed), ``kind_tallies`` kind -> its own tally, whose
+    ``section()`` joins the kind's part, ``items`` / ``outcomes`` every suite test of the run
+    (nodeid -> (backend id, clauses) / (outcome, text)), ``cited`` nodeid -> the finding
+    records a failed test's checker raised."""
     tests, skip_reasons, test_outcomes = Counter(), Counter(), {}
     kind_tests: dict[str, Counter] = defaultdict(Counter)
     for nodeid, (backend_id, ids) in items.items():
@@ -181,7 +203,7 @@ def build(*, backend: dict, declared: Declared, domain, tally, items: dict, outc
         if outcome == "skipped":
             skip_reasons[text] += 1
     clauses = clause_statuses(items, outcomes, backend["id"], tally.allowance_uses,
-                              declared.kinds)
+                              declared.kinds, cited)
     contract = contract_summary(tally.contract)
     verdict = verdicts(clauses, contract, strict_inputs, tests)
     kinds = {}
@@ -197,9 +219,9 @@ def build(*, backend: dict, declared: Declared, domain, tally, items: dict, outc
                        "clauses_not_judged": part["clauses_not_judged"],
                        "tests": dict(kind_tests[name]),
                        "clauses": {c: row["status"] for c, row in rows.items()}}
-    if "gemm" in kinds:  # what the GEMM judge saw: output elements, bit for bit or by interval
-        kinds["gemm"]["outputs"] = tally.gemm.as_json()
-        kinds["gemm"]["outputs_text"] = tally.gemm.describe()
+        own_tally = (kind_tallies or {}).get(name)
+        if own_tally is not None:  # the kind's own part (the GEMM judge: output elements)
+            kinds[name].update(own_tally.section())
     return {
         "certificate_version": 1,
         "verdict": verdict["verdict"],
@@ -208,6 +230,7 @@ def build(*, backend: dict, declared: Declared, domain, tally, items: dict, outc
         "spec": {"version": SPEC_VERSION, "source": "docs/spec.md (hscale.docs/spec.md)",
                  "clauses": len(clause_ids())},
         "backend": backend,
+        "platform": platform_record(backend),
         "kinds_declared": [k for k in KINDS if k in declared.kinds],
         "kinds": kinds,
         "domain": domain.as_json(),
@@ -235,6 +258,17 @@ def build(*, backend: dict, declared: Declared, domain, tally, items: dict, outc
         "command": command,
         "duration_s": round(duration_s, 1),
     }
+
+
+def platform_record(backend: dict) -> dict:
+    """Where the run ran: the host's architecture and system, and the device the backend says
+    it ran on (its ``device`` attribute: "cuda:0 NVIDIA B200 (sm_100a)"; the host CPU when it
+    says none). The same supported cell runs different numerics on different chips (the byte
+    routing of stochastic rounding, NVFP4-SR-4), so a certificate names both."""
+    import platform
+    return {"machine": platform.machine(), "system": platform.system(),
+            "python": platform.python_version(),
+            "device": backend.get("device") or f"host CPU ({platform.machine()})"}
 
 
 def render_summary(certificate: dict) -> list[str]:

@@ -52,6 +52,36 @@ OWN_BACKEND_MODULES = ("hscale.backends.", "hscale.conformance.mutants", "confor
 THIRD_PARTY_MODULES = ("hscale.backends.interop.",)
 
 
+class CitedFailure(pytest.fail.Exception):
+    """A test's failure with the findings it cites, as records: the plugin hands them to the
+    certificate (``findings_of``), which counts the failure against their clauses; the message
+    is only for people."""
+
+    def __init__(self, message: str, findings):
+        super().__init__(msg=message, pytrace=False)
+        self.findings = tuple(findings)
+
+
+def fail_citing(message: str, findings) -> None:
+    """Fail the test with ``message``, citing ``findings`` (Finding records)."""
+    raise CitedFailure(message, findings)
+
+
+def findings_of(error: BaseException | None) -> list[Finding]:
+    """The findings a failed test's exception carries: its own, those of the exceptions it
+    groups (a Hypothesis test with several distinct failures), and of its cause."""
+    found, seen, stack = [], set(), [error]
+    while stack:
+        current = stack.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        found.extend(getattr(current, "findings", ()))
+        stack.extend(getattr(current, "exceptions", ()) or ())
+        stack.append(current.__cause__)
+    return found
+
+
 def fail_raised(label: str, case, error: Exception) -> None:
     """Fail the test: the backend raised on a valid input (an error, not a finding), with the
     case and where it raised."""
@@ -63,14 +93,45 @@ def fail_raised(label: str, case, error: Exception) -> None:
 
 
 @dataclass
-class GemmTally:
-    """Per-backend GEMM counts that go into the certificate."""
+class Tally:
+    """Per-backend, per-kind counts that go into the certificate: the common ones (summed over
+    the kinds into the certificate's top level) and, through ``section()``, the kind's own part
+    of its certificate section (``hscale.judge.kinds``: each row names its tally)."""
 
+    allowance_uses: Counter = field(default_factory=Counter)
+    allowances_needed: Counter = field(default_factory=Counter)  # findings each would excuse
+    tolerance_uses: int = 0
     checks: int = 0
+    groups: int = 0
+    adaptations: Counter = field(default_factory=Counter)  # how cases entered the domain
+    contract: list = field(default_factory=list)  # one entry per bad input tried
+
+    def section(self) -> dict:
+        """What the kind's certificate section adds to its verdict and clauses (none here)."""
+        return {}
+
+    @classmethod
+    def merged(cls, tallies) -> "Tally":
+        """The common counts of several kinds' tallies, summed (the certificate's top level)."""
+        total = cls()
+        for tally in tallies:
+            total.allowance_uses.update(tally.allowance_uses)
+            total.allowances_needed.update(tally.allowances_needed)
+            total.tolerance_uses += tally.tolerance_uses
+            total.checks += tally.checks
+            total.groups += tally.groups
+            total.adaptations.update(tally.adaptations)
+            total.contract.extend(tally.contract)
+        return total
+
+
+@dataclass
+class GemmTally(Tally):
+    """The gemm kind's counts: output elements judged, bit for bit or by interval."""
+
     elements: int = 0  # output elements judged
     exact: int = 0  # of them, with one admissible value (judged bit for bit)
     not_judged: Counter = field(default_factory=Counter)  # reason -> elements
-    adaptations: Counter = field(default_factory=Counter)
 
     def as_json(self) -> dict:
         return {"gemms": self.checks, "output_elements_judged": self.elements,
@@ -85,19 +146,8 @@ class GemmTally:
                                                  for reason, n in self.not_judged.items())
         return text
 
-
-@dataclass
-class Tally:
-    """Per-backend counts that go into the certificate."""
-
-    allowance_uses: Counter = field(default_factory=Counter)
-    allowances_needed: Counter = field(default_factory=Counter)  # findings each would excuse
-    tolerance_uses: int = 0
-    checks: int = 0
-    groups: int = 0
-    adaptations: Counter = field(default_factory=Counter)  # how cases entered the domain
-    contract: list = field(default_factory=list)  # one entry per bad input tried
-    gemm: GemmTally = field(default_factory=GemmTally)  # the gemm kind's counts
+    def section(self) -> dict:
+        return {"outputs": self.as_json(), "outputs_text": self.describe()}
 
 
 def is_reference_backend(backend) -> bool:
@@ -129,11 +179,21 @@ class Checker:
         self.strict_inputs = strict_inputs
         self.test = test
         self.in_hypothesis = in_hypothesis  # a Hypothesis test: out-of-domain draws are rejected
-        self.deferred: list[str] = []  # failures kept for the test's end (fail_or_defer)
+        self.deferred: list[tuple[str, list]] = []  # (message, findings) kept for the end
         self.needed: Counter = Counter()  # allowances this test's findings need
         self.raw = None  # what the backend returned for the last case, as returned
         self.last_case = None  # the last case as the backend received it (in its domain)
         self.last_observed = None  # its result record, whole (before cropping)
+
+    @classmethod
+    def for_test(cls, request, backend, entry, state) -> "Checker":
+        """The checker of one suite test (``hscale.judge.kinds``: the weight kind's fixture)."""
+        marker_ids = [c for m in request.node.iter_markers("clause") for c in m.args]
+        strict = True if request.config.getoption("strict_errors") else None
+        return cls(backend, entry.id, state.profile, state.allowances, entry.tally_of("weight"),
+                   marker_ids, strict_errors=strict, domain=entry.declared.domains["weight"],
+                   strict_inputs=state.strict_inputs, test=request.node.nodeid,
+                   in_hypothesis=bool(getattr(request.function, "is_hypothesis_test", False)))
 
     # -- capabilities and the domain ----------------------------------------------------------
     def supports(self, method: str = "rtn", init: str = "maxabs") -> bool:
@@ -223,8 +283,8 @@ class Checker:
         self.raw, self.last_case = raw, case
         observed, findings = observe(raw, case, self.convention, self.domain.scale_layout)
         if findings:
-            pytest.fail(self._header(case) + "\n" +
-                        "\n".join("  " + f.render() for f in findings), pytrace=False)
+            fail_citing(self._header(case) + "\n" +
+                        "\n".join("  " + f.render() for f in findings), findings)
         self.last_observed = observed
         return case, observed
 
@@ -254,32 +314,35 @@ class Checker:
         self.tally.tolerance_uses += diagnosis.tolerance_uses
         if not diagnosis.ok:
             self.fail_or_defer("\n".join([self._header(case_run)] + diagnosis.render(case_run)),
-                               diagnosis.excused_by)
+                               diagnosis.excused_by, diagnosis.findings)
         return crop(observed, case.shape)
 
-    def fail_or_defer(self, message: str, excused_by):
+    def fail_or_defer(self, message: str, excused_by, findings=()):
         """Fail the test with ``message``; or, in a Hypothesis test whose every finding one more
         allowance (or the faithful profile) would excuse, keep drawing examples: the allowances
         every example needs are counted, and the test fails when it ends, with all of them
         (``deferred_report``). So one run names every allowance a kernel needs, where
         Hypothesis alone stops at a test's first failure. ``excused_by``: per finding, what
-        would excuse it (``hscale.judge.diagnose.excusing_allowances``; None: unknown)."""
+        would excuse it (``hscale.judge.diagnose.excusing_allowances``; None: unknown);
+        ``findings``: the records the failure cites."""
         needed = [names[0] for names in (excused_by or ()) if names]
         self.tally.allowances_needed.update(needed)
         self.needed.update(needed)
         if self.in_hypothesis and excused_by and all(excused_by):
-            self.deferred.append(message)
+            self.deferred.append((message, list(findings)))
             return
-        pytest.fail(message, pytrace=False)
+        fail_citing(message, findings)
 
-    def deferred_report(self) -> str | None:
-        """The failure of a test whose examples were kept drawing (None: none deferred)."""
+    def deferred_report(self) -> tuple[str, list] | None:
+        """``(message, findings)``: the failure of a test whose examples were kept drawing
+        (None: none deferred)."""
         if not self.deferred:
             return None
         needed = ", ".join(f"{name} ({n})" for name, n in self.needed.most_common())
         more = len(self.deferred) - 1
-        return (self.deferred[0] + (f"\n  ... and {more} more generated examples" if more else "")
-                + f"\n  every example of this test together needs: {needed}")
+        message, findings = self.deferred[0]
+        return (message + (f"\n  ... and {more} more generated examples" if more else "")
+                + f"\n  every example of this test together needs: {needed}", findings)
 
     def _header(self, case: Case) -> str:
         return (f"backend {self.label!r} does not conform (profile {self.profile}) on "
@@ -407,14 +470,14 @@ class Checker:
         and a Hypothesis test keeps drawing (``fail_or_defer``)."""
         where = f" on {case.describe()}" if case is not None else ""
         excused_by = None
+        finding = Finding(clause, text, group)
         if observed is not None and case is not None:
-            finding = Finding(clause, text, group)
             excused_by = excusing_allowances(case, observed, [finding], self.profile,
                                              self.allowances)
-            text = name_excusing_allowances(case, observed, [finding], self.profile,
-                                            self.allowances, excused_by)[0].text
+            finding = name_excusing_allowances(case, observed, [finding], self.profile,
+                                               self.allowances, excused_by)[0]
         self.fail_or_defer(f"backend {self.label!r} does not conform (profile {self.profile})"
-                           f"{where}\n  [{clause}] {text}", excused_by)
+                           f"{where}\n  [{clause}] {finding.text}", excused_by, [finding])
 
 
 def crop(observed: QuantizedWeight, shape) -> QuantizedWeight:

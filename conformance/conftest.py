@@ -1,17 +1,16 @@
 """The suite's fixtures: every test that takes ``backend_id`` runs once per backend under test;
-``checker`` runs a case on it and judges the result. Loaded only for the suite's own directory;
-the options, the session's bookkeeping and the certificate are the plugin's
-(``hscale.conformance.plugin``)."""
+each kind's checker (``checker``, ``activation_checker``, ``gemm_checker``, ...: the fixture its
+row of ``hscale.judge.kinds`` names) runs a case on it and judges the result. Loaded only for
+the suite's own directory; the options, the session's bookkeeping and the certificate are the
+plugin's (``hscale.conformance.plugin``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from hscale.conformance.activation_checker import ActivationChecker
-from hscale.conformance.checker import Checker
-from hscale.judge.activation_domain import ActivationDomain
 from hscale.conformance.plugin import STATE_KEY, BackendEntry, SuiteState
 from hscale.conformance.zoo import ModelZoo
+from hscale.judge.kinds import KINDS, Kind, resolve
 
 
 def pytest_generate_tests(metafunc):
@@ -41,24 +40,23 @@ def backend(backend_entry):
     return backend_entry.backend
 
 
-@pytest.fixture
-def checker(request, backend, backend_entry, suite_state) -> Checker:
-    marker_ids = [c for m in request.node.iter_markers("clause") for c in m.args]
-    strict = True if request.config.getoption("strict_errors") else None
-    return Checker(backend, backend_entry.id, suite_state.profile, suite_state.allowances,
-                   backend_entry.tally, marker_ids, strict_errors=strict,
-                   domain=backend_entry.domain, strict_inputs=suite_state.strict_inputs,
-                   test=request.node.nodeid,
-                   in_hypothesis=bool(getattr(request.function, "is_hypothesis_test", False)))
+def kind_checker_fixture(kind: Kind):
+    """The fixture of ``kind``'s checker: its row's class, built for the test from the
+    backend's entry (the kind's domain, built once, and its tally). A backend that does not
+    declare the kind never reaches here: the plugin deselects its tests of the kind."""
+
+    @pytest.fixture(name=kind.fixture)
+    def fixture(request, backend, backend_entry, suite_state):
+        if kind.name not in backend_entry.declared.kinds:
+            pytest.skip(f"backend {backend_entry.id!r} does not declare the kind {kind.name!r}")
+        return resolve(kind.checker).for_test(request, backend, backend_entry, suite_state)
+
+    fixture.__doc__ = f"The checker of the {kind.name} kind ({kind.checker})."
+    return fixture
 
 
-@pytest.fixture
-def activation_checker(request, backend, backend_entry, suite_state) -> ActivationChecker:
-    """The checker of an activation test (the kind is the backend's: a backend that does not
-    declare it never reaches here, its activation tests are skipped at collection)."""
-    domain = ActivationDomain.of(backend_entry.declared.declarations["activation"])
-    return ActivationChecker(backend, backend_entry.id, domain, backend_entry.tally,
-                             test=request.node.nodeid)
+for _kind in KINDS.values():  # one fixture per kind, named by its row
+    globals()[f"_{_kind.fixture}_fixture"] = kind_checker_fixture(_kind)
 
 
 @pytest.fixture(scope="session")
@@ -69,11 +67,3 @@ def profile(suite_state) -> str:
 @pytest.fixture(scope="session")
 def zoo() -> ModelZoo:
     return ModelZoo()
-
-
-@pytest.fixture
-def gemm_checker(request, backend, backend_entry):
-    """A GEMM case runner for the backend (its gemm kind; skips when it does not declare it)."""
-    from hscale.conformance.gemm_checker import GemmChecker
-    return GemmChecker(backend, backend_entry.id, backend_entry.tally.gemm,
-                       test=request.node.nodeid)

@@ -19,8 +19,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hscale.conformance.checker import GemmTally, fail_raised
+from hscale.conformance.checker import GemmTally, fail_citing, fail_raised
 from hscale.judge.cases import GemmCase
+from hscale.judge.findings import Finding
 from hscale.judge.gemm import GemmDomain, gemm_arguments, judge_gemm, observe_gemm
 
 
@@ -30,7 +31,8 @@ def declares_gemm(backend) -> bool:
 
 
 class GemmChecker:
-    def __init__(self, backend, label: str, tally: GemmTally | None = None, test: str = ""):
+    def __init__(self, backend, label: str, tally: GemmTally | None = None, test: str = "",
+                 domain: GemmDomain | None = None):
         self.backend = backend
         self.label = label
         self.tally = tally if tally is not None else GemmTally()
@@ -38,13 +40,29 @@ class GemmChecker:
         if not declares_gemm(backend):
             pytest.skip(f"backend {label!r} does not declare the gemm kind (its kinds: "
                         f"{', '.join(sorted(getattr(backend, 'kinds', None) or {'weight'}))})")
-        try:
-            self.domain = GemmDomain.of(backend, f"backend {label!r}")
-        except ValueError as exc:
-            pytest.fail(f"{exc} (the gemm kind's declarations, docs/backends.md)",
-                        pytrace=False)
+        if domain is None:
+            try:
+                domain = GemmDomain.of(backend, f"backend {label!r}")
+            except ValueError as exc:
+                pytest.fail(f"{exc} (the gemm kind's declarations, docs/backends.md)",
+                            pytrace=False)
+        self.domain = domain
         self.model = self.domain.model
         self.last_observed = None
+
+    @classmethod
+    def for_test(cls, request, backend, entry, state) -> "GemmChecker":
+        """The checker of one suite test (``hscale.judge.kinds``: the gemm kind's fixture; its
+        domain built once, when the backend was loaded)."""
+        return cls(backend, entry.id, entry.tally_of("gemm"), test=request.node.nodeid,
+                   domain=entry.declared.domains.get("gemm"))
+
+    def fail(self, clause: str, text: str, case: GemmCase | None = None, output=None):
+        """A spec-speaking failure for a test's own check (a value worked by hand), citing
+        ``clause`` at the ``output`` element (i, j)."""
+        finding = Finding(clause, text, output=output)
+        where = f" on {case.describe()}" if case is not None else ""
+        fail_citing(f"backend {self.label!r}{where}\n  {finding.render()}", [finding])
 
     # -- what the backend declares ----------------------------------------------------------
     def require(self, activations: str = "nvfp4", out_dtype: str | None = None):
@@ -84,8 +102,8 @@ class GemmChecker:
             fail_raised(self.label, run_case, error)
         observed, findings = observe_gemm(raw, run_case)
         if findings:
-            pytest.fail(self._header(run_case) + "\n" +
-                        "\n".join("  " + f.render() for f in findings), pytrace=False)
+            fail_citing(self._header(run_case) + "\n" +
+                        "\n".join("  " + f.render() for f in findings), findings)
         self.last_observed = observed
         return run_case, observed
 
@@ -99,8 +117,8 @@ class GemmChecker:
         self.tally.exact += diagnosis.exact
         self.tally.not_judged.update(diagnosis.not_judged)
         if not diagnosis.ok:
-            pytest.fail("\n".join([self._header(run_case)] + diagnosis.render()),
-                        pytrace=False)
+            fail_citing("\n".join([self._header(run_case)] + diagnosis.render()),
+                        diagnosis.findings)
         m, n, _ = case.shape
         return observed[:m, :n]
 

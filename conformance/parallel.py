@@ -27,16 +27,20 @@ def is_controller(config) -> bool:
     return not is_worker(config) and getattr(config.option, "dist", "no") != "no"
 
 
-def worker_record(items: dict, outcomes: dict, tallies: dict) -> bytes:
+def worker_record(items: dict, outcomes: dict, cited: dict, tallies: dict) -> bytes:
     """What a worker sends back: ``items`` (nodeid -> (backend id, clauses)), ``outcomes``
-    (nodeid -> (outcome, text)) of the tests it ran, ``tallies`` (backend id -> its Tally)."""
-    return pickle.dumps({"items": items, "outcomes": outcomes, "tallies": tallies})
+    (nodeid -> (outcome, text)) and ``cited`` (nodeid -> the findings a failure cites) of the
+    tests it ran, ``tallies`` (backend id -> kind -> its Tally)."""
+    return pickle.dumps({"items": items, "outcomes": outcomes, "cited": cited,
+                         "tallies": tallies})
 
 
-def merge_record(record: bytes, items: dict, outcomes: dict, tallies: dict) -> None:
-    """Merge one worker's record into the controller's ``items``, ``outcomes`` and ``tallies``
-    (in place). Every worker collects the same items; each test ran on one worker, so its
-    outcome comes from that one (a test reported by two would be a scheduling fault: refused)."""
+def merge_record(record: bytes, items: dict, outcomes: dict, cited: dict,
+                 tallies: dict) -> None:
+    """Merge one worker's record into the controller's ``items``, ``outcomes``, ``cited`` and
+    ``tallies`` (backend id -> kind -> Tally; in place). Every worker collects the same items;
+    each test ran on one worker, so its outcome comes from that one (a test reported by two
+    would be a scheduling fault: refused)."""
     sent = pickle.loads(record)
     items.update(sent["items"])
     twice = set(outcomes) & set(sent["outcomes"])
@@ -44,9 +48,14 @@ def merge_record(record: bytes, items: dict, outcomes: dict, tallies: dict) -> N
         raise RuntimeError(f"conformance: {len(twice)} tests reported by two xdist workers, "
                            f"e.g. {sorted(twice)[0]}")
     outcomes.update(sent["outcomes"])
-    for ident, tally in sent["tallies"].items():
-        if ident in tallies:
-            add_counts(tallies[ident], tally)
+    cited.update(sent["cited"])
+    for ident, kinds in sent["tallies"].items():
+        mine = tallies.setdefault(ident, {})
+        for kind, tally in kinds.items():
+            if kind in mine:
+                add_counts(mine[kind], tally)
+            else:
+                mine[kind] = tally
 
 
 def add_counts(into, other) -> None:

@@ -17,6 +17,9 @@ Options (docs/conformance.md):
                           allowances; format: the format clauses only (own scale rules)
 --allow NAME              an allowance of the faithful / format profile (repeatable)
 --clause ID               run only the tests and vector cases of this clause (repeatable)
+--kind NAME               run only the tests of this kind (weight, gemm, activation, ...;
+                          repeatable); a backend's tests of a kind it does not declare are
+                          deselected in every run
 --strict-inputs           the input contract (which bad inputs are rejected) decides the
                           verdict too; by default it is reported beside the numerics verdict
 --strict-errors           require every backend's rejections to name the argument, the index
@@ -45,12 +48,12 @@ from hypothesis import HealthCheck, Phase, settings
 
 from hscale.conformance import certificate as cert
 from hscale.conformance import parallel
-from hscale.conformance.checker import Tally
+from hscale.conformance.checker import Tally, findings_of
 from hscale.judge.activations import judged_under
 from hscale.judge.clauses import clause_ids, is_known
 from hscale.judge.domain import Domain
 from hscale.judge.kinds import (DEFAULT_KINDS, JUDGED_ELSEWHERE, KINDS, Declared, declared_kinds,
-                                kind_of_test)
+                                kind_of_test, resolve)
 from hscale.judge.options import suite_options
 from hscale.judge.profiles import check_profile
 
@@ -83,9 +86,9 @@ class BackendEntry:
     available: bool
     reason: str
     explicit: bool = False  # named with --backend (it must run)
-    domain: Domain = field(default_factory=Domain)
     declared: Declared = field(default_factory=lambda: Declared(DEFAULT_KINDS, {}))
-    tally: Tally = field(default_factory=Tally)
+    #: kind -> the counts its checker keeps (the class its row of hscale.judge.kinds names)
+    tallies: dict = field(default_factory=dict)
     report: dict | None = None  # the certificate, once written
     report_path: str = ""
 
@@ -95,6 +98,18 @@ class BackendEntry:
             return str(self.backend.version) if self.backend is not None else "-"
         except Exception as exc:  # noqa: BLE001
             return f"<version raised {exc!r}>"
+
+    @property
+    def domain(self) -> Domain:
+        """The weight kind's declared domain (the certificate's ``domain``); the default domain
+        of a backend that is no weight quantizer."""
+        return self.declared.domains.get("weight") or Domain()
+
+    def tally_of(self, kind: str) -> Tally:
+        """The counts of ``kind``'s checker on this backend, made on first use."""
+        if kind not in self.tallies:
+            self.tallies[kind] = resolve(KINDS[kind].tally)()
+        return self.tallies[kind]
 
 
 @dataclass
@@ -108,6 +123,7 @@ class SuiteState:
     hypothesis_seed: object
     command: str
     outcomes: dict = field(default_factory=dict)  # nodeid -> (outcome, longrepr text)
+    cited: dict = field(default_factory=dict)  # nodeid -> the Finding records its failure cites
     items: dict = field(default_factory=dict)  # nodeid -> (backend id or None, clauses)
     started: float = field(default_factory=time.time)
     finished: int = 0  # tests of the suite finished so far (for the progress lines)
@@ -170,14 +186,11 @@ def _load_backends(config) -> dict[str, BackendEntry]:
         except Exception as exc:  # noqa: BLE001 - a broken factory is a usage error, not a crash
             raise pytest.UsageError(f"--backend {spec}: the factory raised "
                                     f"{type(exc).__name__}: {exc}") from None
-        try:
+        try:  # every declared kind's declarations and domain, built once and checked
             declared = declared_kinds(backend, f"--backend {spec}")
         except ValueError as exc:
-            raise pytest.UsageError(f"{exc} (the declared kinds, docs/backends.md)") from None
-        try:
-            domain = Domain.of(backend, f"--backend {spec}")
-        except ValueError as exc:
-            raise pytest.UsageError(f"{exc} (the declared domain, docs/backends.md)") from None
+            raise pytest.UsageError(f"{exc} (the declared kinds and domain, docs/backends.md)") \
+                from None
         try:
             ok, reason = backend.available()
         except Exception as exc:  # noqa: BLE001
@@ -186,7 +199,7 @@ def _load_backends(config) -> dict[str, BackendEntry]:
         if ident in entries or not re.fullmatch(r"[\w.+-]+", ident):
             ident = re.sub(r"[^\w.+-]", "_", spec)
         entries[ident] = BackendEntry(spec, ident, backend, bool(ok), str(reason or ""), explicit,
-                                      domain, declared)
+                                      declared)
     return entries
 
 
@@ -217,6 +230,10 @@ def pytest_configure(config):
     except ValueError as exc:
         raise pytest.UsageError(f"--profile {profile} --allow {' '.join(allowances)}: {exc}") \
             from None
+    for name in config.getoption("kind"):
+        if name not in KINDS:
+            raise pytest.UsageError(f"--kind {name}: the suite certifies the kinds "
+                                    f"{', '.join(KINDS)}")
     for ident in config.getoption("clause"):
         if not is_known(ident):
             raise pytest.UsageError(f"--clause {ident}: docs/spec.md defines no such clause; "
@@ -264,7 +281,7 @@ def pytest_report_header(config):
     for e in st.backends.values():
         avail = "available" if e.available else f"UNAVAILABLE ({e.reason})"
         kinds = "; ".join(f"kind {k}: {e.declared.describe(k) or '-'}"
-                          for k in KINDS if k in e.declared.kinds)
+                          for k in e.declared.ordered())
         lines.append(f"conformance backend {e.id} [{e.spec}]: version {e.version}; {kinds}; "
                      f"{e.domain.describe()}; {avail}")
     if st.left_out:
@@ -287,6 +304,8 @@ def pytest_collection_modifyitems(session, config, items):
     st = _state(config)
     if st is None:
         return
+    chosen_kinds = set(config.getoption("kind"))
+    undeclared, other_kind = [], []
     for item in items:
         if SUITE_DIR not in Path(str(item.path)).resolve().parents:
             continue
@@ -297,35 +316,36 @@ def pytest_collection_modifyitems(session, config, items):
         except ValueError as exc:
             raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
         entry = st.backends.get(backend_id)
+        if chosen_kinds and kind not in chosen_kinds:
+            other_kind.append(item)  # --kind: another kind's test
+            continue
         if kind is not None and entry is not None and kind not in entry.declared.kinds:
-            item.add_marker(pytest.mark.skip(reason=undeclared_kind_reason(entry, kind)))
-        elif kind == "activation" and entry is not None:
+            # a test of a kind the backend does not declare: deselected, not skipped (its
+            # clauses are "not applicable" in the certificate, saying why)
+            undeclared.append(item)
+            continue
+        if kind == "activation" and entry is not None:
             clauses = judged_under(
                 entry.declared.declarations["activation"]["activation_recipe"], clauses)
         st.items[item.nodeid] = (backend_id, clauses)
     wanted = set(config.getoption("clause"))
-    if wanted:
-        selected = [item for item in items
-                    if wanted & {c for m in item.iter_markers("clause") for c in m.args}]
-        named = {c for item in selected for m in item.iter_markers("clause") for c in m.args}
+    if wanted:  # the suite's tests of every kind name it, or it is a usage error
+        def names(item):
+            return {c for m in item.iter_markers("clause") for c in m.args}
+        named = {c for item in items if item not in other_kind for c in names(item)}
         for clause in sorted(wanted - named):
             where = JUDGED_ELSEWHERE.get(clause, "no test of the suite names it")
             st.items.clear()  # a usage error: no certificate
             raise pytest.UsageError(f"--clause {clause}: no test of the suite judges it ({where})")
-        deselected = [item for item in items if item not in selected]
-        if deselected:
-            config.hook.pytest_deselected(items=deselected)
-            items[:] = selected
+        other_kind += [item for item in items if not wanted & names(item)]
+    _deselect(config, items, set(undeclared) | set(other_kind))
 
 
-#: What the reason of every test skipped for an undeclared kind says.
-KIND_SKIP = " does not declare the kind "
-
-
-def undeclared_kind_reason(entry: BackendEntry, kind: str) -> str:
-    """Why a test of ``kind`` skips on a backend that does not declare it."""
-    return (f"backend {entry.id!r}{KIND_SKIP}{kind!r} (it declares "
-            f"{', '.join(k for k in KINDS if k in entry.declared.kinds)})")
+def _deselect(config, items: list, unwanted: set) -> None:
+    """Take ``unwanted`` out of the session, reported as deselected."""
+    if unwanted:
+        config.hook.pytest_deselected(items=[item for item in items if item in unwanted])
+        items[:] = [item for item in items if item not in unwanted]
 
 
 @pytest.hookimpl(wrapper=True)
@@ -336,13 +356,26 @@ def pytest_pyfunc_call(pyfuncitem):
     checker = pyfuncitem.funcargs.get("checker")
     report = checker.deferred_report() if checker is not None else None
     if report:
-        pytest.fail(report, pytrace=False)
+        from hscale.conformance.checker import fail_citing
+        fail_citing(*report)
     return result
 
 
 #: The running session's suite state and terminal reporter (set at session start), for the
 #: per-test hooks below.
 _CURRENT: dict = {}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report carries the findings its failure cites, as records
+    (``hscale_findings``: their JSON form), for the certificate."""
+    report = yield
+    if call.excinfo is not None and _CURRENT.get("state") is not None:
+        findings = findings_of(call.excinfo.value)
+        if findings:
+            report.hscale_findings = [f.as_json() for f in findings]
+    return report
 
 
 def pytest_runtest_logreport(report):
@@ -353,6 +386,7 @@ def pytest_runtest_logreport(report):
     if report.failed:
         outcome = "failed" if report.when == "call" else "error"
         st.outcomes[report.nodeid] = (outcome, report.longreprtext)
+        st.cited[report.nodeid] = list(getattr(report, "hscale_findings", ()))
     elif report.skipped and hasattr(report, "wasxfail"):
         st.outcomes[report.nodeid] = ("xfailed", str(report.wasxfail))
     elif report.skipped and previous is None:
@@ -430,9 +464,11 @@ def build_report(st: SuiteState, entry: BackendEntry) -> dict:
         backend={"id": entry.id, "spec": entry.spec, "version": entry.version,
                  "name": getattr(entry.backend, "name", None),
                  "capabilities": sorted(getattr(entry.backend, "capabilities", ())),
+                 "device": _device(entry.backend),
                  "available": entry.available, "reason": entry.reason},
-        declared=entry.declared, domain=entry.domain, tally=entry.tally, items=st.items,
-        outcomes=st.outcomes, profile=st.profile, allowances=st.allowances,
+        declared=entry.declared, domain=entry.domain,
+        tally=Tally.merged(entry.tallies.values()), kind_tallies=entry.tallies, items=st.items,
+        outcomes=st.outcomes, cited=st.cited, profile=st.profile, allowances=st.allowances,
         strict_inputs=st.strict_inputs,
         hypothesis={"profile": st.hypothesis_profile, "max_examples": s.max_examples,
                     "derandomize": s.derandomize,
@@ -446,8 +482,17 @@ def pytest_testnodedown(node, error):
     st = _state(node.config)
     record = getattr(node, "workeroutput", {}).get(parallel.WORKER_RECORD)
     if st is not None and record is not None:
-        parallel.merge_record(record, st.items, st.outcomes,
-                              {ident: entry.tally for ident, entry in st.backends.items()})
+        parallel.merge_record(record, st.items, st.outcomes, st.cited,
+                              {ident: entry.tallies for ident, entry in st.backends.items()})
+
+
+def _device(backend) -> str | None:
+    """The device a backend says it runs on (its optional ``device`` attribute), as text."""
+    try:
+        device = getattr(backend, "device", None)
+        return None if device is None or callable(device) else str(device)
+    except Exception as exc:  # noqa: BLE001 - a broken property is reported, not raised
+        return f"<device raised {exc!r}>"
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -458,7 +503,8 @@ def pytest_sessionfinish(session, exitstatus):
         return
     if parallel.is_worker(session.config):  # the controller writes the certificates
         session.config.workeroutput[parallel.WORKER_RECORD] = parallel.worker_record(
-            st.items, st.outcomes, {ident: entry.tally for ident, entry in st.backends.items()})
+            st.items, st.outcomes, st.cited,
+            {ident: entry.tallies for ident, entry in st.backends.items()})
         return
     from hscale.files import write_json
     for ident, path in _report_paths(session.config, st).items():
@@ -488,10 +534,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         for line in cert.render_summary(report):
             terminalreporter.write_line(line)
         terminalreporter.write_line(f"  certificate: {e.report_path}")
-        # one line for the most common reason a test of a declared kind skipped (the
-        # certificate lists them all; an undeclared kind has its own line in the summary)
-        reasons = [(reason, n) for reason, n in report["skip_reasons"].items()
-                   if KIND_SKIP not in reason]
+        # one line for the most common reason a test skipped (the certificate lists them all;
+        # the tests of a kind the backend does not declare are deselected, not skipped)
+        reasons = list(report["skip_reasons"].items())
         if reasons and report["backend"]["available"]:
             reason, n = reasons[0]
             terminalreporter.write_line(f"  most common skip reason ({n}): {reason}")

@@ -12,7 +12,7 @@ import pytest
 
 from hscale.judge.builders import DTYPES
 from hscale.judge.cases import Case
-from hscale.conformance.checker import is_reference_backend
+from hscale.conformance.checker import fail_citing, findings_of, is_reference_backend
 from hscale.judge.profiles import EXACT
 
 CONFIGS = {
@@ -48,7 +48,7 @@ def _run_layers(checker, zoo, model_key, config, layers, configs=CONFIGS, dtype=
             elif checker.profile == EXACT:
                 zoo.references[key] = case.expected_outputs()
         except pytest.fail.Exception as exc:
-            failures.append(str(exc))
+            failures.append((str(exc), findings_of(exc)))
     certified_key = (model_key, config, np.dtype(dtype).name)
     if own_certificate:
         zoo.certified[certified_key] = list(failures)
@@ -57,14 +57,16 @@ def _run_layers(checker, zoo, model_key, config, layers, configs=CONFIGS, dtype=
                                                            dtype)
     if failures:
         more = len(failures) - SHOWN_LAYERS
-        pytest.fail(f"{len(failures)} of {len(layers)} layers of {model_key} ({config}) do not "
-                    "conform:\n" + "\n".join(failures[:SHOWN_LAYERS])
-                    + (f"\n... and {more} more layers" if more > 0 else ""), pytrace=False)
+        fail_citing(f"{len(failures)} of {len(layers)} layers of {model_key} ({config}) do not "
+                    "conform:\n" + "\n".join(text for text, _ in failures[:SHOWN_LAYERS])
+                    + (f"\n... and {more} more layers" if more > 0 else ""),
+                    [f for _, findings in failures for f in findings])
     certified = zoo.certified.get(certified_key, [])
     if certified:
-        pytest.fail("the backend equals hscale.reference.quantize, but the reference fails the "
-                    "independent certificate (please report):\n" + "\n".join(certified[:3]),
-                    pytrace=False)
+        fail_citing("the backend equals hscale.reference.quantize, but the reference fails the "
+                    "independent certificate (please report):\n"
+                    + "\n".join(text for text, _ in certified[:3]),
+                    [f for _, findings in certified for f in findings])
 
 
 def _certify_references(zoo, model_key, opts, config, layers, dtype):
@@ -79,7 +81,8 @@ def _certify_references(zoo, model_key, opts, config, layers, dtype):
             continue  # not cached (the case was adapted to the backend's domain)
         findings = certify(case, reference, strict=True).findings
         if findings:
-            failures.append(f"{case.describe()}: " + "; ".join(f.render() for f in findings[:3]))
+            failures.append((f"{case.describe()}: " + "; ".join(f.render() for f in findings[:3]),
+                             findings))
     return failures
 
 

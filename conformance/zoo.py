@@ -16,7 +16,8 @@ class ModelZoo:
         self._layers: dict[str, list] = {}
         self._errors: dict[str, str] = {}
         self.references: dict = {}  # (model, config, layer, dtype) -> QuantizedWeight
-        self.certified: dict = {}  # (model, config) -> list of failure texts (empty: certified)
+        # (model, config) -> [(failure text, findings)] (empty: certified)
+        self.certified: dict = {}
 
     def layers(self, model: str) -> list:
         """[(layer name, weight float32 (m, n), h float64 (n,))], calibrated on first use; a

@@ -5,7 +5,7 @@ normative text. Backends live under ``hscale.backends``.
 """
 
 __version__ = "0.1.0"
-SPEC_VERSION = "1.5"
+SPEC_VERSION = "1.6"
 
 
 def same_major_version(version, reference: str = SPEC_VERSION) -> bool:

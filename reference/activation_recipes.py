@@ -64,15 +64,20 @@ def fast_math_scale_bytes(amax: np.ndarray, g: np.float32) -> np.ndarray:
         return e4m3_satfinite(g * per_unit)  # NVFP4-ACT-2: fp32 product; NVFP4-ACT-8
 
 
-def fast_math_codes(x32: np.ndarray, scale_bytes: np.ndarray, g: np.float32) -> np.ndarray:
-    """NVFP4-ACT-3: ``o = fp32(rcp(fp32(e4m3(c) * rcp(g))))`` (0 where ``c = 0x00``), codes
-    ``cvt.rn.satfinite(fp32(x * o))``."""
+def fast_math_products(x32: np.ndarray, scale_bytes: np.ndarray, g: np.float32) -> np.ndarray:
+    """NVFP4-ACT-3: ``o = fp32(rcp(fp32(e4m3(c) * rcp(g))))`` (0 where ``c = 0x00``), the
+    products ``fp32(x * o)`` the element conversion rounds."""
     byte_values = decode_e4m3(scale_bytes).astype(np.float32)  # exact: E4M3 values are fp32
     denominator = byte_values * (ONE / g)  # NVFP4-ACT-3: fp32 product
     live = scale_bytes != 0
     o = np.zeros_like(denominator)
     o[live] = ONE / denominator[live]  # NVFP4-ACT-3: rcp
-    return e2m1_satfinite(x32 * per_element(o))  # NVFP4-ACT-3: fp32 product, then cvt
+    return x32 * per_element(o)  # NVFP4-ACT-3: fp32 product
+
+
+def fast_math_codes(x32: np.ndarray, scale_bytes: np.ndarray, g: np.float32) -> np.ndarray:
+    """NVFP4-ACT-3: codes ``cvt.rn.satfinite`` of the products."""
+    return e2m1_satfinite(fast_math_products(x32, scale_bytes, g))
 
 
 # -- exact (NVFP4-ACT-6) ------------------------------------------------------------------------
@@ -84,14 +89,19 @@ def exact_scale_bytes(amax: np.ndarray, g: np.float32) -> np.ndarray:
         return e4m3_satfinite(amax * multiplier)  # NVFP4-ACT-6: fp32 product, clamp, RN
 
 
-def exact_codes(x32: np.ndarray, scale_bytes: np.ndarray, g: np.float32) -> np.ndarray:
+def exact_products(x32: np.ndarray, scale_bytes: np.ndarray, g: np.float32) -> np.ndarray:
     """NVFP4-ACT-6: ``o = min(fp32(1 / fp32(e4m3(c) * fp32(1/g))), FLT_MAX)`` (``FLT_MAX`` for
-    ``c = 0x00``), codes the RNE, saturating at 6, of ``fp32(x * o)``."""
+    ``c = 0x00``), the products ``fp32(x * o)`` the element conversion rounds."""
     byte_values = decode_e4m3(scale_bytes).astype(np.float32)
     decode = ONE / g  # NVFP4-ACT-6: the global decode scale fp32(1/g)
     with np.errstate(divide="ignore", over="ignore"):
         o = np.minimum(ONE / (byte_values * decode), FP32_MAX)  # NVFP4-ACT-6: 1/0 = inf -> max
-        return e2m1_satfinite(x32 * per_element(o))  # NVFP4-ACT-6: fp32 product
+        return x32 * per_element(o)  # NVFP4-ACT-6: fp32 product
+
+
+def exact_codes(x32: np.ndarray, scale_bytes: np.ndarray, g: np.float32) -> np.ndarray:
+    """NVFP4-ACT-6: codes the RNE, saturating at 6, of the products."""
+    return e2m1_satfinite(exact_products(x32, scale_bytes, g))
 
 
 # -- torchao (NVFP4-ACT-7) ----------------------------------------------------------------------
@@ -105,10 +115,16 @@ def torchao_scale_bytes(amax: np.ndarray, a: np.float32) -> np.ndarray:
     return e4m3_satfinite(np.clip(scaled, np.float32(SMALLEST_NORMAL), np.float32(E4M3_MAX)))
 
 
-def torchao_codes(x32: np.ndarray, scale_bytes: np.ndarray, a: np.float32) -> np.ndarray:
-    """NVFP4-ACT-7: ``r = fp32(fp32(1 / a) / e4m3(c))``, codes the RNE, saturating at 6, of
-    ``fp32(x * r)``."""
+def torchao_products(x32: np.ndarray, scale_bytes: np.ndarray, a: np.float32) -> np.ndarray:
+    """NVFP4-ACT-7: ``r = fp32(fp32(1 / a) / e4m3(c))``, the products ``fp32(x * r)`` the
+    element conversion rounds."""
     byte_values = decode_e4m3(scale_bytes).astype(np.float32)  # never 0: bytes >= 0x08
     with np.errstate(over="ignore"):
         r = (ONE / a) / byte_values  # NVFP4-ACT-7: two fp32 divisions
-        return e2m1_satfinite(x32 * per_element(r))  # NVFP4-ACT-7: fp32 product
+        return x32 * per_element(r)  # NVFP4-ACT-7: fp32 product
+
+
+def torchao_codes(x32: np.ndarray, scale_bytes: np.ndarray, a: np.float32) -> np.ndarray:
+    """NVFP4-ACT-7: codes the RNE, saturating at 6, of the products."""
+    with np.errstate(over="ignore"):
+        return e2m1_satfinite(torchao_products(x32, scale_bytes, a))

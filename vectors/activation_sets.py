@@ -30,13 +30,21 @@ from hscale.reference.packing import (pack_codes, swizzle_scale_bytes, swizzle_s
                                       unpack_codes)
 
 from . import hexio
-from .families import coverage
+from .families import SetChoice, coverage
+from .group_lines import assembled, read_group_lines
 from .activation_catalogue import level0_cases  # noqa: F401 - the family's cases
 
 FORMAT_NAME = "hscale-nvfp4-activation-vectors"
 #: Every activation set's name starts so (``act_bf16_static``).
 SET_PREFIX = "act_"
 FORMAT_VERSION = 1
+CHOICE = SetChoice(
+    "--recipe", "recipe", lambda: ACTIVATION_RECIPES,
+    "judge the activation sets' cases (act_*) as a run-time kernel of this recipe "
+    "(docs/spec.md section 8); the observed file then holds 'CASE row group scale_byte "
+    "packed_hex' and 'CASE gs g_hex' lines of activation cases",
+    "write what a run-time activation kernel of this recipe produces for the activation sets "
+    "(act_*) instead of the weight sets")
 CONVENTIONS = {
     "x": "the activations, (tokens, n) row-major, each value the hex of its bits in the set's "
          "dtype, one string per token",
@@ -257,6 +265,11 @@ def observed_lines(cases, recipe: str, with_global_scale: bool = True) -> list[s
     return lines
 
 
+def expect_lines(cases, recipe: str, with_global_scale: bool = True) -> list[str]:
+    """``hscale vectors expect --recipe R``: :func:`observed_lines`."""
+    return observed_lines(cases, recipe, with_global_scale)
+
+
 def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20,
                 require_all: bool = False) -> tuple[list, int]:
     """``(report lines, errors)``: each case the observed lines cover, judged as a ``recipe``
@@ -265,39 +278,12 @@ def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20,
     stands in, so that the case's others can be), and with ``require_all`` each one missing is
     an error, as ``hscale vectors check --require-all`` makes it for the weight sets."""
     by_id = {case.id: case for case in cases}
-    seen: dict[str, dict] = {}
+    seen = read_group_lines(lines, set(by_id), "activation", "hscale vectors expect --recipe R")
     report, errors = [], 0
-    for number, line in enumerate(lines, 1):
-        words = line.split()
-        if not words or line.lstrip().startswith(("#", "//")):
-            continue
-        if words[0] not in by_id:
-            raise ValueError(f"line {number}: no activation case {words[0]!r} (hscale vectors "
-                             "expect --recipe R lists them)")
-        entry = seen.setdefault(words[0], {"groups": {}, "gs": None})
-        if len(words) == 3 and words[1] == "gs":
-            entry["gs"] = hexio.scalar_from_hex(words[2])
-        elif len(words) == 5:
-            entry["groups"][(int(words[1]), int(words[2]))] = (int(words[3], 16),
-                                                              bytes.fromhex(words[4]))
-        else:
-            raise ValueError(f"line {number}: expected 'CASE row group byte packed' or "
-                             f"'CASE gs g', found {line.strip()!r}")
     for case_id, entry in seen.items():
         case = by_id[case_id]
-        tokens, n = case.shape
         expected = case.expected_for(recipe)
-        scale_bytes, codes = expected.scale_bytes.copy(), expected.codes.copy()
-        missing = []
-        for r in range(tokens):
-            for i in range(n // GROUP_SIZE):
-                if (r, i) not in entry["groups"]:
-                    missing.append((r, i))
-                    continue
-                byte, packed = entry["groups"][(r, i)]
-                scale_bytes[r, i] = byte
-                codes[r, GROUP_SIZE * i:GROUP_SIZE * (i + 1)] = unpack_codes(
-                    np.frombuffer(packed, np.uint8)[None])[0]
+        codes, scale_bytes, missing = assembled(entry, expected.codes, expected.scale_bytes)
         g = entry["gs"]
         observed = ObservedActivations(codes, scale_bytes, g,
                                        None if g is None else np.float32(1) / np.float32(g))

@@ -1,34 +1,54 @@
 """The vector families besides the weight sets of ``catalogue``: one per kind of implementation
-the suite certifies (``hscale.judge.kinds``), each a module of this package with the same
-members, so that ``generate``, ``verify``, ``check`` and ``explain`` treat them alike:
+the suite certifies, named by the kind's row of ``hscale.judge.kinds`` (``family``), each a
+module of this package with the same members, so that ``generate``, ``verify``, ``check`` and
+``explain`` treat them alike:
 
 - ``FORMAT_NAME``: the ``format`` of its JSON set files (how a file says which family it is),
   and ``SET_PREFIX``, how its sets' names start;
+- ``NO_VECTOR_CASE`` (optional): its kind's clauses no vector case holds, and why;
+- ``CHOICE``: a :class:`SetChoice`, what ``hscale vectors check`` and ``expect`` judge its sets
+  as (a recipe, an accumulation model, a routing) and the option that says so;
 - ``level0_cases(seed)``: its level-0 cases (each with ``id``, ``title``, ``clauses``);
 - ``render_files(cases, level, seed, spec_version)``: file name -> bytes of its sets;
 - ``verify_document(name, document, level, seed, spec_version)``: ``(problems, files as the
   stored inputs render, cases)`` for one of its set files;
-- ``case_from_json(entry)``, ``observed_lines(cases, recipe)``, ``check_lines(cases, lines,
-  recipe, max_errors, require_all)``, ``explain(file_name, case, row, group)``; ``check_lines``
-  ends its report with :func:`coverage`'s lines.
+- ``case_from_json(entry)``, ``expect_lines(cases, choice, with_global_scale)``,
+  ``check_lines(cases, lines, choice, max_errors, require_all)``, ``explain(file_name, case,
+  row, group)``; ``check_lines`` ends its report with :func:`coverage`'s lines.
 
-Registering a family is one line of ``FAMILIES``.
+A kind's family is its row's ``family``: adding one touches no list here.
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
+from typing import Callable
 
-#: kind -> the module holding its vector sets.
-FAMILIES = {
-    "activation": "hscale.vectors.activation_sets",
-    "gemm": "hscale.vectors.gemm_files",
-}
+from hscale.judge.kinds import KINDS
+
+
+@dataclass(frozen=True)
+class SetChoice:
+    """What a family's sets are judged as by ``hscale vectors check`` / ``expect``: the option
+    (``--recipe``), what its value is called (``recipe``), the values it takes, and the help
+    lines of the two commands."""
+
+    option: str
+    name: str
+    choices: Callable[[], tuple]
+    check_help: str
+    expect_help: str
+
+    @property
+    def dest(self) -> str:
+        return self.option.lstrip("-").replace("-", "_")
 
 
 def families() -> dict:
-    """kind -> module, imported."""
-    return {kind: importlib.import_module(name) for kind, name in FAMILIES.items()}
+    """kind -> the module of its vector sets, imported, in the table's order."""
+    return {name: importlib.import_module(kind.family) for name, kind in KINDS.items()
+            if kind.family is not None}
 
 
 def family_of(document) -> object | None:
@@ -44,6 +64,12 @@ def family_of(document) -> object | None:
 def level0_family_cases(seed: int) -> dict:
     """kind -> its level-0 cases."""
     return {kind: module.level0_cases(seed) for kind, module in families().items()}
+
+
+def no_vector_case() -> dict:
+    """clause -> why no level-0 case holds it, of every family (``NO_VECTOR_CASE``)."""
+    return {clause: why for module in families().values()
+            for clause, why in getattr(module, "NO_VECTOR_CASE", {}).items()}
 
 
 def coverage(observed: int, total: int, absent: list, unit: str, vectors: str,

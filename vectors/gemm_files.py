@@ -20,12 +20,12 @@ from hscale import SPEC_VERSION, files
 from hscale.judge.cases import GemmCase
 from hscale.judge.gemm import GemmDomain, judge_gemm, out_hex
 from hscale.reference import pack_codes
-from hscale.reference.accumulation import GemmModel, accumulator_interval, bound_factor
+from hscale.reference.accumulation import PRESETS, GemmModel, accumulator_interval, bound_factor
 from hscale.reference.float_formats import FLOAT32, float_format
 from hscale.reference.gemm import Nvfp4Tensor, decoded_units
 
 from . import hexio
-from .families import coverage
+from .families import SetChoice, coverage
 from .formats import CONVENTIONS, dumps
 from .gemm import NVFP4_SET, WEIGHT_ONLY_SET, gemm_sets
 
@@ -33,6 +33,13 @@ KIND = "gemm"
 FORMAT_NAME = "hscale-nvfp4-gemm-vectors"
 #: Every GEMM set's name starts so (``gemm_nvfp4``, ``gemm_weightonly``).
 SET_PREFIX = "gemm_"
+CHOICE = SetChoice(
+    "--gemm-model", "accumulation model", lambda: tuple(PRESETS),
+    "judge the GEMM sets' cases (gemm_*) as a GEMM of this accumulation model: fp32 (the "
+    "spec's), fp32-faithful, fp16, fp16-faithful, bf16, bf16-faithful (docs/spec.md section "
+    "10); the observed file then holds 'CASE i j OUT_hex' lines, one per output element",
+    "write what a GEMM of this accumulation model produces for the GEMM sets (gemm_*): the "
+    "spec's result, 'CASE i j OUT_hex' per element")
 FORMAT_VERSION = 1
 #: The accumulation models whose admissible intervals every GEMM vector lists.
 MODELS = ("fp32", "fp32-faithful", "fp16", "bf16")
@@ -378,6 +385,12 @@ def _read_lines(by_id: dict, lines: list[str]) -> dict[str, dict]:
                              f"element ({i}, {j})")
         seen.setdefault(case.id, {})[(i, j)] = words[3].lower()
     return seen
+
+
+def expect_lines(cases, model: str, with_global_scale: bool = True) -> list[str]:
+    """``hscale vectors expect --gemm-model M``: :func:`observed_lines` (a GEMM's output has
+    no global-scale line)."""
+    return observed_lines(cases, model)
 
 
 def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20,

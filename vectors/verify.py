@@ -169,3 +169,21 @@ def verify_dir(directory) -> list[str]:
             elif target.read_bytes() != data:
                 problems.append(f"{file_name}: differs from the manifest the files imply")
     return problems
+
+
+def verify_cases(name: str, document: dict, what: str, case_from_json, fresh_json, render):
+    """The one verify step of a family's set file: ``(problems, the files the stored inputs
+    render, the cases)``: each case read (``case_from_json``), recomputed from its stored inputs
+    (``fresh_json(case)``) and compared with what is stored; ``render(cases)`` the set's files."""
+    problems, cases = [], []
+    for number, entry in enumerate(document.get("cases", [])):
+        try:
+            stored = case_from_json(entry)
+        except (KeyError, ValueError, TypeError, IndexError) as error:
+            problems.append(f"{name}: cases[{number}]: unreadable {what} case ({error})")
+            continue
+        fresh = fresh_json(stored)
+        if fresh != entry:
+            problems.append(f"{name}: case {stored.id}: {_first_difference(entry, fresh)}")
+        cases.append(stored)
+    return problems, (render(cases) if cases and not problems else {}), cases

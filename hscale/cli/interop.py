@@ -33,6 +33,10 @@ def main(argv=None) -> int:
     parser.add_argument("--gemm", action="store_true",
                         help="measure the GEMM paths (the gemm kind: ggml, torchao, ModelOpt) "
                              "instead of the weight quantizers")
+    parser.add_argument("--training", action="store_true",
+                        help="measure the training quantizers (the stochastic, rht and tile "
+                             "kinds: gfloat, TransformerEngine's reference) instead of the "
+                             "weight quantizers")
     parser.add_argument("--results", default="interop-results.json", metavar="FILE",
                         help="the results file, read and extended (default "
                              "interop-results.json)")
@@ -47,7 +51,11 @@ def main(argv=None) -> int:
         check_output_file("--docs", args.markdown)
     except (OSError, ValueError) as exc:
         return fail("hscale interop", error_text(exc))
-    if (args.gemm or args.activations) and not args.render:
+    if args.training and not args.render:
+        from hscale.interop.training import measure_training
+        measure_training(results)
+        write_json(results_path, results, argument="--results")
+    elif (args.gemm or args.activations) and not args.render:
         if args.activations:
             from hscale.interop.activations import measure_all
             measure_all(results)

@@ -19,8 +19,17 @@ from hscale.vectors import LEVEL0_DIR as DEFAULT_LEVEL0_DIR
 from .args import UsageError, check_at_least, check_output_file, error_text, fail
 
 
+def _family_options(parser, command: str) -> None:
+    """Each vector family's option (``--recipe``, ``--gemm-model``, ...): the kinds' rows name
+    the families (hscale.judge.kinds), each family's ``CHOICE`` its option."""
+    from hscale.vectors.families import families
+    for family in families().values():
+        choice = family.CHOICE
+        parser.add_argument(choice.option, default=None, metavar=choice.name.split()[-1].upper(),
+                            help=choice.check_help if command == "check" else choice.expect_help)
+
+
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    from hscale.reference.activations import ACTIVATION_RECIPES
     from hscale.vectors.catalogue import DEFAULT_SEED
 
     commands = parser.add_subparsers(dest="vectors_command", metavar="COMMAND")
@@ -66,16 +75,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     p.add_argument("--allow", action="append", default=[], metavar="NAME",
                    help="an allowance of the faithful or format profile (repeatable), e.g. "
                         "reciprocal-multiply; the names of docs/spec.md section 7")
-    p.add_argument("--recipe", default=None, choices=ACTIVATION_RECIPES,
-                   help="judge the activation sets' cases (act_*) as a run-time kernel of this "
-                        "recipe (docs/spec.md section 8); the observed file then holds 'CASE "
-                        "row group scale_byte packed_hex' and 'CASE gs g_hex' lines of "
-                        "activation cases")
-    p.add_argument("--gemm-model", default=None, metavar="MODEL",
-                   help="judge the GEMM sets' cases (gemm_*) as a GEMM of this accumulation "
-                        "model: fp32 (the spec's), fp32-faithful, fp16, fp16-faithful, bf16, "
-                        "bf16-faithful (docs/spec.md section 10); the observed file then holds "
-                        "'CASE i j OUT_hex' lines, one per output element")
+    _family_options(p, "check")
 
     p = commands.add_parser("expect", help="write the observed file a conforming "
                                            "implementation would produce for DIR")
@@ -94,12 +94,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     p.add_argument("--reciprocal", action="store_true",
                    help="write the global scale as the stored reciprocal ('gsr' lines, "
                         "NVFP4-GS-4) instead of the multiplier ('gs')")
-    p.add_argument("--recipe", default=None, choices=ACTIVATION_RECIPES,
-                   help="write what a run-time activation kernel of this recipe produces for "
-                        "the activation sets (act_*) instead of the weight sets")
-    p.add_argument("--gemm-model", default=None, metavar="MODEL",
-                   help="write what a GEMM of this accumulation model produces for the GEMM "
-                        "sets (gemm_*): the spec's result, 'CASE i j OUT_hex' per element")
+    _family_options(p, "expect")
 
     p = commands.add_parser("explain", help="one group worked end to end: inputs, s_g, every "
                                             "candidate's objective, the chosen byte; for a "
@@ -174,25 +169,22 @@ def _generate(args) -> int:
     return 0
 
 
-#: kind -> (the option choosing what its sets are judged as, the name of that choice, what its
-#: sets are called)
-FAMILY_OPTIONS = {"activation": ("recipe", "recipe", "activation set (act_*.json)"),
-                  "gemm": ("gemm_model", "accumulation model", "GEMM set (gemm_*.json)")}
-
-
 def _chosen_family(args) -> str | None:
     """The vector family ``check`` or ``expect`` works on (its option given), or None for the
-    weight sets; a usage error when two are."""
-    chosen = [kind for kind, (option, _, _) in FAMILY_OPTIONS.items()
-              if getattr(args, option, None)]
+    weight sets; a usage error when two are, or when the value is not one of the family's."""
+    from hscale.vectors.families import families
+    chosen = [kind for kind, family in families().items()
+              if getattr(args, family.CHOICE.dest, None)]
     if len(chosen) > 1:
-        raise UsageError(" and ".join(f"--{FAMILY_OPTIONS[k][0].replace('_', '-')}"
-                                      for k in chosen) + ": one kind's sets at a time")
-    if chosen and chosen[0] == "gemm":
-        from hscale.reference.accumulation import PRESETS
-        if args.gemm_model not in PRESETS:
-            raise UsageError(f"--gemm-model {args.gemm_model}: one of {', '.join(PRESETS)}")
-    return chosen[0] if chosen else None
+        raise UsageError(" and ".join(families()[k].CHOICE.option for k in chosen)
+                         + ": one kind's sets at a time")
+    if not chosen:
+        return None
+    choice = families()[chosen[0]].CHOICE
+    value = getattr(args, choice.dest)
+    if value not in choice.choices():
+        raise UsageError(f"{choice.option} {value}: one of {', '.join(choice.choices())}")
+    return chosen[0]
 
 
 def _family(kind: str):
@@ -207,9 +199,8 @@ def _family_cases(directory, kind: str) -> list:
     cases = [case for name, case in open_vectors(directory).family_cases.values()
              if name.startswith(family.SET_PREFIX)]
     if not cases:
-        option, _, sets = FAMILY_OPTIONS[kind]
-        raise UsageError(f"{directory}: no {sets} in it: --{option.replace('_', '-')} judges "
-                         f"the {kind} kind's vectors")
+        raise UsageError(f"{directory}: no {kind} set ({family.SET_PREFIX}*.json) in it: "
+                         f"{family.CHOICE.option} judges the {kind} kind's vectors")
     return cases
 
 
@@ -217,8 +208,8 @@ def _check_family(args, kind: str) -> int:
     """``check --recipe R`` or ``check --gemm-model M``: the observed file's cases of the kind
     judged as an R kernel's (an M GEMM's)."""
     check_at_least("--errors", args.errors, 1)
-    option, choice_name, _ = FAMILY_OPTIONS[kind]
-    choice = getattr(args, option)
+    choice_name = _family(kind).CHOICE.name
+    choice = getattr(args, _family(kind).CHOICE.dest)
     cases = _family_cases(args.dir, kind)
     try:
         lines = Path(args.observed).read_text(encoding="utf-8").splitlines()
@@ -279,9 +270,8 @@ def _run(args) -> int:
         check_output_file("--out", args.out)  # before the work
         if family:
             cases = _family_cases(args.dir, family)
-            lines = (_family(family).observed_lines(cases, args.recipe, not args.no_gs)
-                     if family == "activation" else
-                     _family(family).observed_lines(cases, args.gemm_model))
+            module = _family(family)
+            lines = module.expect_lines(cases, getattr(args, module.CHOICE.dest), not args.no_gs)
             write_text(args.out, "\n".join(lines) + "\n")
             return 0
         lines = observed_lines(args.dir, not args.no_gs, index_keys=args.index_keys,

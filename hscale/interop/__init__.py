@@ -92,16 +92,26 @@ GPU_ONLY = (
 )
 
 
+def suite_argv(spec: str, kind: str, certificate: Path, *options: str,
+               prefix: str = PREFIX) -> list[str]:
+    """The installed suite on one adapter (``prefix + spec``), as a vendor runs it, for the
+    tests of one kind of the table (``--kind``, hscale.judge.kinds): the one command line of
+    ``hscale interop``."""
+    from hscale.judge.kinds import KINDS
+    if kind not in KINDS:
+        raise ValueError(f"kind {kind!r}: the suite certifies {', '.join(KINDS)}")
+    return [sys.executable, "-m", "pytest", "--pyargs", "hscale.conformance", "-q", "-p",
+            "no:cacheprovider", "--backend", prefix + spec, "--kind", kind,
+            "--hypothesis-profile", "ci", "--certificate", str(certificate), *options]
+
+
 def run_suite(spec: str, profile: str, allowances=(), work: Path | None = None) -> dict:
     """The conformance report of one subprocess run, with its wall time: the installed suite,
     run from a scratch directory as a vendor runs it."""
     work = Path(work or tempfile.mkdtemp(prefix="hscale-interop-"))
     report = work / f"{profile}-{len(allowances)}.json"
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "hscale.conformance", "-q", "-p",
-           "no:cacheprovider", "--backend", PREFIX + spec, "--profile",
-           profile, "--hypothesis-profile", "ci", "--certificate", str(report)]
-    for allowance in allowances:
-        cmd += ["--allow", allowance]
+    cmd = suite_argv(spec, "weight", report, "--profile", profile,
+                     *(arg for allowance in allowances for arg in ("--allow", allowance)))
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=3600)

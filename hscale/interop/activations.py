@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import PREFIX
+from . import PREFIX, suite_argv
 
 #: The recipes every adapter is compared with.
 RECIPES = ("fast-math", "exact", "torchao")
@@ -95,9 +95,7 @@ def level0_activation_cases():
 def run_suite(spec: str, work: Path) -> dict:
     """The activation kind's certificate of one subprocess run, with its wall time."""
     report = work / "certificate.json"
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "hscale.conformance", "-q", "-p",
-           "no:cacheprovider", "--backend", PREFIX + spec, "--hypothesis-profile", "ci",
-           "--certificate", str(report), "-k", "activation"]
+    cmd = suite_argv(spec, "activation", report)
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=work, env=dict(os.environ, PYTHONWARNINGS="ignore"),
                           capture_output=True, text=True, timeout=3600)

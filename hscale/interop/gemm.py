@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import PREFIX, library_cells
+from . import PREFIX, library_cells, suite_argv
 
 
 @dataclass(frozen=True)
@@ -67,9 +67,7 @@ GPU_REASON = ("FP4 tensor cores need an NVIDIA GPU of compute capability 10.x or
 def run_gemm_suite(spec: str, work: Path) -> dict:
     """The suite's GEMM tests on the adapter, in a subprocess: its certificate and wall time."""
     report = work / "gemm.json"
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "hscale.conformance", "-q", "-p",
-           "no:cacheprovider", "-k", "test_gemm", "--backend", PREFIX + spec,
-           "--hypothesis-profile", "ci", "--certificate", str(report)]
+    cmd = suite_argv(spec, "gemm", report)
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=3600,
                           env=dict(os.environ, PYTHONWARNINGS="ignore"))

@@ -172,6 +172,8 @@ def render(results: dict, results_name: str = "interop-results.json") -> str:
     lines += render_section(results)  # the activation kind's libraries
     from .gemm import render_gemm
     lines += render_gemm(results.get("gemm", {}))
+    from .training import render_training
+    lines += render_training(results.get("training", {}))
     lines += ["## Not run", ""]
     for e in entries:
         if "exact" not in e:

@@ -16,8 +16,6 @@ from functools import cache
 
 #: A clause ID: ``NVFP4-E2M1-1``, ``HSCALE-OBJ-1``, ...
 CLAUSE_RE = re.compile(r"\b(?:NVFP4|HSCALE)-[A-Z0-9]+-\d+\b")
-#: How a clause is cited in failure messages (and found again by the report): ``[HSCALE-OBJ-1]``.
-CITED_RE = re.compile(r"\[((?:NVFP4|HSCALE)-[A-Z0-9]+-\d+)\]")
 #: Clauses of the suite itself (its self-tests), not of the spec.
 SUITE_PREFIX = "SUITE-"
 _HEADING_RE = re.compile(r"^(#{2,3})\s+(.*?)\s*$", re.M)
@@ -59,8 +57,3 @@ def clause_ids() -> list[str]:
 
 def is_known(ident: str) -> bool:
     return ident in registry() or ident.startswith(SUITE_PREFIX)
-
-
-def cited_clauses(text: str) -> list[str]:
-    """The clause IDs a failure message cites, ``[ID]``, in order, without repeats."""
-    return list(dict.fromkeys(CITED_RE.findall(text or "")))

@@ -1,19 +1,32 @@
-"""The kinds of NVFP4 implementation the suite certifies, in ONE table.
+"""The kinds of NVFP4 implementation the suite certifies, in ONE table: the unit of extension.
 
 A backend (docs/backends.md) declares which kinds it implements with ``kinds``, a frozenset
 drawn from :data:`KINDS` (absent: ``{"weight"}``, so every weight quantizer written before
-kinds existed keeps working unchanged). Each row of the table says what a kind means:
+kinds existed keeps working unchanged). Each row owns everything the kit does with its kind:
 
 - ``clause_prefixes``: the clauses of docs/spec.md it judges (by ID prefix). Every clause
   belongs to at most one kind; a suite test of a kind is marked ``@pytest.mark.clause(...)``
-  with clauses of that kind only, and is skipped, with the reason, on a backend that does not
-  declare the kind (``conformance/plugin.py``);
+  with clauses of that kind only, and is deselected, not skipped, on a backend that does not
+  declare the kind (``conformance/plugin.py``), so a run's skip count says only what a
+  declared kind could not judge;
 - ``methods``: the protocol methods a backend of the kind must provide;
 - ``declarations``: what it must declare (a recipe, an accumulation model), each with the
   values it may take; the certificate records them per kind;
+- ``domain``: how its declared domain is built from the backend and its checked declarations,
+  once, when the backend is loaded (:func:`declared_kinds`): a bad declaration stops the run
+  naming it, never a test;
+- ``checker`` and ``fixture``: the suite's checker of the kind and the fixture name its tests
+  take it by; ``tally``: the per-backend counts its checker keeps, whose ``section()`` is the
+  kind's own part of the certificate;
+- ``family``: the module of its golden-vector sets (``hscale.vectors``), whose ``CHOICE`` says
+  what ``hscale vectors check`` and ``expect`` judge its sets as; the weight kind's sets are the
+  catalogue's own (``family`` None);
 - ``description``: one line, for the docs, the certificate and ``hscale conform``.
 
-Adding a kind is one row here plus its tests (marked with its clauses) and its spec section.
+The checker, tally and family live in layers above the judge (the suite, the vectors), so the
+row names them (``"module:attribute"``) and :func:`resolve` imports them where they are used;
+``tests/judge/test_kinds.py`` checks every name resolves. Adding a kind is one row here, one
+module of checks, its tests (marked with its clauses) and its spec section.
 The clauses of no kind are listed here too (:data:`JUDGED_ELSEWHERE`), with where they are
 judged instead: the checkpoint layouts by ``hscale check``, the calibration of a W4A4 activation
 scale on a calibration pass. So for every clause this module says who judges it.
@@ -26,6 +39,11 @@ from typing import Callable
 
 from hscale.backends import CAPABILITIES
 from hscale.reference.activations import ACTIVATION_RECIPES, GLOBAL_SCALE_MODES
+from hscale.reference.hadamard import PROFILES as HADAMARD_PROFILES
+from hscale.reference.hadamard import TE_SIGN_MASK
+from hscale.reference.random_bits import ROUTINGS
+from hscale.reference.rht_quantize import AXES as RHT_AXES
+from hscale.reference.stochastic_quantize import SCALINGS
 
 from .activation_domain import ACTIVATION_DTYPE_NAMES, ACTIVATION_LAYOUTS, SCALE_CONVENTIONS
 
@@ -122,6 +140,48 @@ def _gemm_reader(attribute: str) -> Callable:
     return lambda backend, label: declaration_json(backend, attribute, label)
 
 
+def resolve(name: str):
+    """The object a row names, ``"package.module:attribute"`` (or a module, without ``:``)."""
+    import importlib
+    module, _, attribute = name.partition(":")
+    loaded = importlib.import_module(module)
+    return getattr(loaded, attribute) if attribute else loaded
+
+
+def _weight_domain(backend, declarations: dict, label: str):
+    from .domain import Domain
+    return Domain.of(backend, label)
+
+
+def _activation_domain(backend, declarations: dict, label: str):
+    from .activation_domain import ActivationDomain
+    return ActivationDomain.of(declarations)
+
+
+def _stochastic_domain(backend, declarations: dict, label: str):
+    from .stochastic import StochasticDomain
+    return StochasticDomain.of(declarations)
+
+
+def _rht_domain(backend, declarations: dict, label: str):
+    from .rht import RhtDomain
+    return RhtDomain.of(declarations)
+
+
+def _rht_mask_reader(backend, label: str) -> int:
+    from .rht import read_rht_mask
+    return read_rht_mask(backend, label)
+
+
+def _gemm_domain(backend, declarations: dict, label: str):
+    from .gemm import GemmDomain
+    return GemmDomain.of(backend, label)
+
+
+#: The tally every kind keeps unless its row names its own.
+TALLY = "hscale.conformance.checker:Tally"
+
+
 @dataclass(frozen=True)
 class Kind:
     name: str
@@ -129,6 +189,15 @@ class Kind:
     clause_prefixes: tuple[str, ...]
     methods: tuple[str, ...]
     declarations: tuple[Declaration, ...] = field(default=())
+    #: ``domain(backend, declared values, label)``: its declared domain, built once, checked
+    domain: Callable | None = None
+    #: the suite's checker of the kind (``module:Class``) and the fixture its tests take
+    checker: str = ""
+    fixture: str = ""
+    #: the per-backend counts of its checker (``module:Class``); ``section()`` its certificate part
+    tally: str = TALLY
+    #: the module of its golden-vector sets (None: the weight sets of the catalogue)
+    family: str | None = None
 
     def judges(self, clause: str) -> bool:
         return clause.startswith(self.clause_prefixes) and clause not in JUDGED_ELSEWHERE
@@ -137,6 +206,11 @@ class Kind:
         """The clause IDs of docs/spec.md this kind judges, in spec order."""
         from .clauses import clause_ids
         return [c for c in clause_ids() if self.judges(c)]
+
+    def build_domain(self, backend, declarations: dict, label: str):
+        """The kind's declared domain (None: the kind has none), or a ValueError naming what
+        is wrong with it."""
+        return None if self.domain is None else self.domain(backend, declarations, label)
 
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
@@ -147,15 +221,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
           "NVFP4-PACK-", "NVFP4-DEQ-", "NVFP4-IN-", "HSCALE-"),
          ("quantize",),
          (Declaration("capabilities", "the methods and inits it implements",
-                      lambda: tuple(sorted(CAPABILITIES)), many=True),)),
-    Kind("gemm",
-         "a block-scaled GEMM: gemm(a, b, out_dtype=...) returns a @ b^T of two NVFP4 tensors, "
-         "or of activations and an NVFP4 weight, under the accumulation model it declares "
-         "(docs/spec.md section 10)",
-         ("NVFP4-GEMM-",),
-         ("gemm",),
-         tuple(Declaration(attribute, meaning, reader=_gemm_reader(attribute))
-               for attribute, meaning in GEMM_DECLARATIONS)),
+                      lambda: tuple(sorted(CAPABILITIES)), many=True),),
+         domain=_weight_domain, checker="hscale.conformance.checker:Checker",
+         fixture="checker"),
     Kind("activation",
          "a run-time activation quantizer: quantize_activations(x, global_scale) returns the "
          "codes and scale bytes an engine feeds its FP4 matmul (docs/spec.md section 8)",
@@ -173,17 +241,76 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
                       lambda: ACTIVATION_LAYOUTS, default="row-major"),
           Declaration("activation_dtypes", "the input dtypes it takes, NVFP4-ACT-11",
                       lambda: ACTIVATION_DTYPE_NAMES, many=True,
-                      default=ACTIVATION_DTYPE_NAMES))),
+                      default=ACTIVATION_DTYPE_NAMES)),
+         domain=_activation_domain,
+         checker="hscale.conformance.activation_checker:ActivationChecker",
+         fixture="activation_checker", family="hscale.vectors.activation_sets"),
+    Kind("gemm",
+         "a block-scaled GEMM: gemm(a, b, out_dtype=...) returns a @ b^T of two NVFP4 tensors, "
+         "or of activations and an NVFP4 weight, under the accumulation model it declares "
+         "(docs/spec.md section 10)",
+         ("NVFP4-GEMM-",),
+         ("gemm",),
+         tuple(Declaration(attribute, meaning, reader=_gemm_reader(attribute))
+               for attribute, meaning in GEMM_DECLARATIONS),
+         domain=_gemm_domain, checker="hscale.conformance.gemm_checker:GemmChecker",
+         fixture="gemm_checker", tally="hscale.conformance.checker:GemmTally",
+         family="hscale.vectors.gemm_files"),
+    Kind("stochastic",
+         "a stochastic-rounding quantizer (training gradients): quantize_stochastic(x, "
+         "global_scale, random_bits=, seed=) returns E2M1 codes rounded with random bits, and "
+         "the scale bytes of the recipe it scales by (docs/spec.md section 11)",
+         ("NVFP4-SR-",),
+         ("quantize_stochastic",),
+         (Declaration("sr_scaling", "what it rounds: its fp32 inputs as they are (none) or "
+                      "an activation recipe's products (NVFP4-SR-1)",
+                      lambda: SCALINGS, default="none"),
+          Declaration("sr_random_bits", "whether it takes the random bits (given: judged bit "
+                      "for bit) or a seed only (hidden: the acceptance test, NVFP4-SR-6)",
+                      lambda: ("given", "hidden"), default="given"),
+          Declaration("sr_routing", "which byte of a random word each element takes "
+                      "(NVFP4-SR-4)", lambda: ROUTINGS, default="straight")),
+         domain=_stochastic_domain,
+         checker="hscale.conformance.stochastic_checker:StochasticChecker",
+         fixture="stochastic_checker", tally="hscale.conformance.stochastic_checker:SRTally",
+         family="hscale.vectors.stochastic_sets"),
+    Kind("rht",
+         "a quantizer after the 16 x 16 random Hadamard transform (training's wgrad "
+         "operands): quantize_rht(x) returns the codes, scale bytes and global scale of the "
+         "transformed tensor (docs/spec.md section 12)",
+         ("NVFP4-RHT-",),
+         ("quantize_rht",),
+         (Declaration("rht_sign_mask", "its sign vector as a 16-bit mask, bit i set where "
+                      "s_i = -1 (TransformerEngine's 0xD7E8; 0 for a plain transform; "
+                      "NVFP4-RHT-1)", default=TE_SIGN_MASK, reader=_rht_mask_reader),
+          Declaration("rht_profile", "how the transformed values are rounded: exact (to "
+                      "bfloat16, then the exact recipe) or fast-math (fp32, the fast-math "
+                      "recipe), NVFP4-RHT-2", lambda: tuple(HADAMARD_PROFILES), default="exact"),
+          Declaration("rht_axis", "which axis it transforms: columnwise (the transposed copy, "
+                      "16 consecutive tokens) or rowwise (NVFP4-RHT-1)", lambda: RHT_AXES,
+                      default="columnwise")),
+         domain=_rht_domain, checker="hscale.conformance.rht_checker:RhtChecker",
+         fixture="rht_checker", family="hscale.vectors.rht_sets"),
+    Kind("tile",
+         "a weight quantizer with one scale per 16 x 16 tile (training's weights): "
+         "quantize_2d(w) returns codes, per-group scale bytes and the global scale, and the "
+         "transpose of W gives the transposed result (docs/spec.md section 13)",
+         ("NVFP4-2D-",),
+         ("quantize_2d",),
+         checker="hscale.conformance.tile_checker:TileChecker", fixture="tile_checker",
+         family="hscale.vectors.tile_sets"),
 )}
 
 
 @dataclass(frozen=True)
 class Declared:
-    """What a backend declared, checked: its kinds, and per kind the value of each of the
-    kind's declarations (``{"activation": {"activation_recipe": "fast-math"}}``)."""
+    """What a backend declared, checked: its kinds, per kind the value of each of the kind's
+    declarations (``{"activation": {"activation_recipe": "fast-math"}}``) and its declared
+    domain, built once (``domains``: kind -> the row's domain, None for a kind without one)."""
 
     kinds: frozenset
     declarations: dict
+    domains: dict = field(default_factory=dict)
 
     def as_json(self) -> dict:
         return {kind: dict(self.declarations[kind]) for kind in sorted(self.kinds)}
@@ -192,6 +319,10 @@ class Declared:
         """``activation_recipe fast-math`` (what the kind's declarations hold)."""
         return "; ".join(f"{attribute} {shown(value)}"
                          for attribute, value in self.declarations[kind].items())
+
+    def ordered(self) -> list[str]:
+        """The declared kinds in the table's order."""
+        return [k for k in KINDS if k in self.kinds]
 
 
 def shown(value) -> str:
@@ -202,9 +333,9 @@ def shown(value) -> str:
 
 
 def declared_kinds(backend, label: str = "backend") -> Declared:
-    """The kinds ``backend`` declares and, for each, its declarations, checked against the
-    table: a ValueError names the kind, the method or attribute missing, or the value that is
-    not allowed."""
+    """The kinds ``backend`` declares and, for each, its declarations and its domain, checked
+    against the table: a ValueError names the kind, the method or attribute missing, or the
+    value that is not allowed."""
     kinds = getattr(backend, "kinds", None)
     if kinds is None:
         kinds = DEFAULT_KINDS
@@ -224,7 +355,9 @@ def declared_kinds(backend, label: str = "backend") -> Declared:
                              f"{', '.join(missing)}() (docs/backends.md, kind {name!r})")
         declarations[name] = {d.attribute: d.read(backend, f"{label} (kind {name!r})")
                               for d in kind.declarations}
-    return Declared(frozenset(kinds), declarations)
+    domains = {name: kind_row.build_domain(backend, declarations[name], label)
+               for name, kind_row in KINDS.items() if name in declarations}
+    return Declared(frozenset(kinds), declarations, domains)
 
 
 def kind_of_clause(clause: str) -> str | None:

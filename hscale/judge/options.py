@@ -19,6 +19,7 @@ class SuiteOption:
 
 
 def suite_options() -> tuple[SuiteOption, ...]:
+    from .kinds import KINDS
     from .profiles import ALLOWANCES, EXACT, PROFILES
     return (
         SuiteOption("--backend", dict(
@@ -42,6 +43,10 @@ def suite_options() -> tuple[SuiteOption, ...]:
             action="append", default=[], metavar="ID",
             help="run only the tests and vector cases of this docs/spec.md clause "
                  "(repeatable)")),
+        SuiteOption("--kind", dict(
+            action="append", default=[], metavar="NAME",
+            help="run only the tests of this kind of implementation (repeatable): "
+                 + ", ".join(KINDS) + " (hscale.judge.kinds)")),
         SuiteOption("--strict-inputs", dict(
             action="store_true",
             help="the input contract (the bad inputs of NVFP4-IN-* rejected) decides the "

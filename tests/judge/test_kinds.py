@@ -122,3 +122,45 @@ def test_the_docs_table_of_kinds_is_the_table():
             assert f"`{declaration.attribute}`" in row, (kind.name, declaration.attribute)
         for prefix in kind.clause_prefixes:
             assert f"`{prefix}*`" in row, (kind.name, prefix)
+
+
+@pytest.mark.clause("SUITE-KINDS-1")
+def test_every_name_a_row_gives_resolves():
+    """Each row names its checker (with ``for_test``), its tally (with ``section``), its
+    fixture and its vector family (with the family's members): the kind owns them."""
+    from hscale.judge.kinds import resolve
+    fixtures = [kind.fixture for kind in KINDS.values()]
+    assert len(set(fixtures)) == len(fixtures) and all(fixtures), fixtures
+    for kind in KINDS.values():
+        assert callable(resolve(kind.checker).for_test), kind.name
+        assert isinstance(resolve(kind.tally)().section(), dict), kind.name
+        if kind.family is not None:
+            family = resolve(kind.family)
+            for member in ("FORMAT_NAME", "SET_PREFIX", "CHOICE", "level0_cases",
+                           "render_files", "verify_document", "case_from_json",
+                           "expect_lines", "check_lines", "explain"):
+                assert hasattr(family, member), (kind.name, member)
+
+
+@pytest.mark.clause("SUITE-KINDS-1")
+def test_the_domain_of_each_declared_kind_is_built_once_with_the_declarations():
+    """declared_kinds builds each declared kind's domain (the weight domain from the backend's
+    attributes); a bad domain declaration is a ValueError at load, naming it."""
+    from hscale.judge.domain import Domain
+    declared = declared_kinds(_Weight(), "w")
+    assert declared.domains == {"weight": Domain()}
+    bad = type("Declares", (_Weight,), {"shape_multiple": (3, 5)})()
+    with pytest.raises(ValueError, match="shape_multiple"):
+        declared_kinds(bad, "--backend x")
+
+
+@pytest.mark.clause("SUITE-KINDS-1")
+def test_tests_of_undeclared_kinds_are_deselected_not_skipped(tmp_path):
+    """The numpy backend declares weight and gemm: its activation tests are not collected (so
+    no skip), its tests of the kinds it declares are; --kind picks one kind's tests."""
+    markers = collected_clause_markers(tmp_path, "--backend", "numpy")
+    kinds = {kind_of_test(clauses) for clauses in markers.values()}
+    assert kinds == {"weight", "gemm"}, kinds
+    only = collected_clause_markers(tmp_path, "--backend", "numpy", "--kind", "gemm")
+    assert only and {kind_of_test(clauses) for clauses in only.values()} == {"gemm"}
+    assert set(only) < set(markers)

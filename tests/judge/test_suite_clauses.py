@@ -149,6 +149,12 @@ SPEC_CONTENTS = {
             | {f"NVFP4-GEMM-{k}" for k in range(1, 9)},
             "allowances": set(SPEC_1_0_ALLOWANCES) | {"supplied-reciprocal"}},
 }
+# 1.6: the training quantizers: stochastic rounding (section 11), the random Hadamard
+# transform (section 12), 2D block scaling (section 13)
+SPEC_CONTENTS["1.6"] = {
+    "clauses": SPEC_CONTENTS["1.5"]["clauses"] | {f"NVFP4-SR-{k}" for k in range(1, 7)}
+    | {f"NVFP4-RHT-{k}" for k in range(1, 4)} | {"NVFP4-2D-1", "NVFP4-2D-2"},
+    "allowances": SPEC_CONTENTS["1.5"]["allowances"]}
 
 
 @pytest.mark.clause("SUITE-CLAUSES-1")
