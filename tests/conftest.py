@@ -62,6 +62,16 @@ def pytest_collection_modifyitems(config, items):
     config.stash[LEFT_OUT] = left_out
     if hasattr(config, "workeroutput"):
         config.workeroutput[LEFT_OUT_KEY] = left_out
+    for item in items:
+        group = next((g for fixture, g in XDIST_GROUPS.items() if fixture in item.fixturenames),
+                     None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+#: Session fixtures too costly to build on every xdist worker: the tests using one run on one
+#: worker (``--dist loadgroup``, pyproject.toml's addopts), which builds it once.
+XDIST_GROUPS = {"selftest_runs": "selftest"}
 
 
 def write_clause_map(path: str, items, kept) -> None:

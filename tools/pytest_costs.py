@@ -44,13 +44,23 @@ def pytest_runtest_protocol(item, nextitem):
 
 def pytest_sessionfinish(session):
     path = session.config.getoption("--test-costs")
+    worker = getattr(session.config, "workerinput", {}).get("workerid")
+    if path and worker:  # under xdist: one file per worker, PATH-gw0.json ...
+        path = str(Path(path).with_name(f"{Path(path).stem}-{worker}{Path(path).suffix}"))
     if path:
         Path(path).write_text(json.dumps({"session_cpu": _cpu(), "tests": dict(_COSTS)},
                                          indent=0))
 
 
 def report(path: str, top: int = 40) -> None:
-    data = json.loads(Path(path).read_text())
+    """The costs in ``path``, or in every per-worker file beside it (``PATH-gw*.json``)."""
+    files = [Path(path)] if Path(path).exists() else sorted(
+        Path(path).parent.glob(f"{Path(path).stem}-gw*{Path(path).suffix}"))
+    data = {"session_cpu": 0.0, "tests": {}}
+    for file in files:
+        part = json.loads(file.read_text())
+        data["session_cpu"] += part["session_cpu"]
+        data["tests"].update(part["tests"])
     tests = data["tests"]
     by_file: dict = defaultdict(float)
     for nodeid, entry in tests.items():
