@@ -10,60 +10,21 @@ something behind, a conversion whose output does not check as its source.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import os
 import random
 import shutil
-import signal
 import stat
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from helpers.cli import TIMEOUT_S, Run
+from helpers.cli import hscale_here as run_command
 from helpers.mutations import MUTATIONS, Base
 
-#: Seconds a command may take on one mutated tiny checkpoint before it counts as a hang (far
-#: above the second or so each takes, even on 2 shared cores).
-TIMEOUT_S = 120
 #: The most lines of findings one mutation may print (a defect is named, not listed a
 #: thousand times).
 MOST_FINDING_LINES = 40
-
-
-@dataclass
-class Run:
-    code: object  # the exit code, or "traceback" / "hang"
-    out: str
-    err: str
-    trace: str = ""
-
-
-def run_command(arguments: list, timeout: int = TIMEOUT_S) -> Run:
-    """``hscale ARGUMENTS`` in this process (imports warm), stdout and stderr captured, a run
-    past ``timeout`` seconds cut by SIGALRM."""
-    from hscale.cli import main
-    out, err = io.StringIO(), io.StringIO()
-
-    def alarm(*_):
-        raise TimeoutError(f"no answer in {timeout} s")
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(timeout)
-    trace = ""
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main([str(a) for a in arguments])
-    except SystemExit as exc:
-        code = exc.code
-    except TimeoutError:
-        code = "hang"
-    except BaseException:  # noqa: BLE001 - a traceback is what the fuzzer is looking for
-        code, trace = "traceback", traceback.format_exc()
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-    return Run(code, out.getvalue(), err.getvalue(), trace)
 
 
 def snapshot(path: Path) -> dict:
