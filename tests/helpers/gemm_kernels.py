@@ -18,7 +18,9 @@ And ``fp32_blocks`` with one slip each (each declares what ``fp32_blocks`` decla
 and 4-row-block index exchanged), ``scale_read_linear`` (the swizzled buffer read as row-major),
 ``nibble_flipped`` (element 2k taken from the high nibble), ``scale_after_bf16`` (torchao's order
 while declaring the spec's), ``output_truncated`` (the output cast toward zero),
-``crossed_scales`` (A's block scales used for both operands).
+``crossed_scales`` (A's block scales used for both operands), ``scales_in_bf16_elements`` (the
+global scales folded into bfloat16 elements, torchao's weight-only way, while declaring the
+spec's placement).
 """
 
 from __future__ import annotations
@@ -240,6 +242,22 @@ class CrossedScales(Fp32Blocks):
         return a_scales[:1].repeat(b_scales.shape[0], axis=0) if a_scales.shape[1] else b_scales
 
 
+class ScalesInBf16Elements(Fp32Blocks):
+    """torchao's weight-only way while declaring the spec's placement: every element
+    dequantized with its global scale folded in and rounded to bfloat16 (lossy), the products
+    summed in fp32 (NVFP4-GEMM-5)."""
+    name = "gemm-slip-scales-in-bf16-elements"
+
+    def gemm(self, a, b, *, out_dtype="float32"):
+        def elements(operand):
+            values, scales = self.decode(operand)
+            full = values * np.repeat(scales, GROUP, axis=1) * np.float32(operand.global_scale)
+            return full.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+        x = a.astype(np.float32) if isinstance(a, np.ndarray) else elements(a)
+        return to_output((x @ elements(b).T).astype(np.float32), out_dtype)
+
+
 def fp32_blocks():
     return Fp32Blocks()
 
@@ -278,3 +296,7 @@ def output_truncated():
 
 def crossed_scales():
     return CrossedScales()
+
+
+def scales_in_bf16_elements():
+    return ScalesInBf16Elements()
