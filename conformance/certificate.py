@@ -237,6 +237,24 @@ def build(*, backend: dict, declared: Declared, domain, tally, items: dict, outc
     }
 
 
+#: The statuses of a clause this run judged (the input contract's: its bad inputs were fed).
+JUDGED_STATUSES = ("pass", "allowed", "fail", "error", "input contract")
+
+
+def clauses_not_judged(certificate: dict, asked) -> dict[str, str]:
+    """Of the clauses ``asked`` for (``--clause``), those this certificate did not judge, each
+    with its status and why: a run asked about a clause that judged nothing of it says so, and
+    ``hscale conform`` exits 1 (not "conforms")."""
+    out = {}
+    for clause in asked:
+        row = certificate["clauses"].get(clause, {})
+        status = row.get("status", "not judged")
+        if status not in JUDGED_STATUSES:
+            reason = row.get("reason", "")
+            out[clause] = f"{status}: {reason}" if reason else status
+    return out
+
+
 def render_summary(certificate: dict) -> list[str]:
     """The short human summary printed at the end of a run."""
     backend = certificate["backend"]
