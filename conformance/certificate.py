@@ -200,6 +200,8 @@ def build(*, backend: dict, declared: Declared, domain, tally, items: dict, outc
     if "gemm" in kinds:  # what the GEMM judge saw: output elements, bit for bit or by interval
         kinds["gemm"]["outputs"] = tally.gemm.as_json()
         kinds["gemm"]["outputs_text"] = tally.gemm.describe()
+        if tally.gemm.vacuous:  # the verdict says what it could not tell (issue 39)
+            kinds["gemm"]["verdict_note"] = tally.gemm.vacuous_note()
     return {
         "certificate_version": 1,
         "verdict": verdict["verdict"],
@@ -270,8 +272,9 @@ def render_summary(certificate: dict) -> list[str]:
         said = "; ".join(f"{attribute} {shown(v)}"
                          for attribute, v in part["declarations"].items())
         counts = Counter(part["clauses"].values())
+        note = f" ({part['verdict_note']})" if part.get("verdict_note") else ""
         lines.append(f"  kind {name} ({said or 'nothing to declare'}): "
-                     f"{part['verdict'].upper()}; clauses: "
+                     f"{part['verdict'].upper()}{note}; clauses: "
                      + "; ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s]))
         if name == "weight":
             lines.append(f"    profile {certificate['profile']}"

@@ -73,15 +73,28 @@ class GemmTally:
     exact: int = 0  # of them, with one admissible value (judged bit for bit)
     not_judged: Counter = field(default_factory=Counter)  # reason -> elements
     adaptations: Counter = field(default_factory=Counter)
+    vacuous: int = 0  # judged by a bound that admits anything within sum |t_k| of S
+    vacuous_k: int = 0  # the smallest K of a GEMM where it did
 
     def as_json(self) -> dict:
         return {"gemms": self.checks, "output_elements_judged": self.elements,
                 "of_them_with_one_admissible_value": self.exact,
+                "of_them_with_a_vacuous_bound": self.vacuous,
                 "not_judged": dict(self.not_judged), "adaptations": dict(self.adaptations)}
+
+    def vacuous_note(self) -> str:
+        """What the verdict of a model whose bound said nothing useful must say ('' if none)."""
+        if not self.vacuous:
+            return ""
+        return (f"{self.vacuous} output elements judged only by a vacuous bound (the declared "
+                f"accumulator's (1 + u)^d - 1 >= 1 from K = {self.vacuous_k} here: anything "
+                "within sum |t_k| of S is admitted, NVFP4-GEMM-4)")
 
     def describe(self) -> str:
         text = (f"{self.checks} GEMMs, {self.elements} output elements judged ({self.exact} "
                 "with one admissible value, bit for bit)")
+        if self.vacuous:
+            text += f"; {self.vacuous_note()}"
         if self.not_judged:
             text += "; not judged: " + "; ".join(f"{n} ({reason})"
                                                  for reason, n in self.not_judged.items())
