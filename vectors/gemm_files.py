@@ -25,6 +25,7 @@ from hscale.reference.float_formats import FLOAT32, float_format
 from hscale.reference.gemm import Nvfp4Tensor, decoded_units
 
 from . import hexio
+from .domains import outside_line
 from .families import coverage
 from .formats import CONVENTIONS, dumps
 from .gemm import NVFP4_SET, WEIGHT_ONLY_SET, gemm_sets
@@ -381,13 +382,14 @@ def _read_lines(by_id: dict, lines: list[str]) -> dict[str, dict]:
 
 
 def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20,
-                require_all: bool = False) -> tuple[list, int]:
+                require_all: bool = False, declared=None) -> tuple[list, int]:
     """``(report lines, errors)``: each case the observed lines cover, judged under the
     accumulation model ``recipe`` (hscale.judge.gemm), TestFloat-style: each wrong output
     element with its expected and observed bits and its finding. The report says how many of
     the vectors' output elements the file held; an element it lacks is not judged (its expected
     value stands in, so that the case's others can be), and with ``require_all`` each one
-    missing is an error, as for the weight and activation sets."""
+    missing is an error, as for the weight and activation sets: of the cases of the
+    ``declared`` domain (``hscale.vectors.domains``; None: every case)."""
     domain = GemmDomain(GemmModel.parse(recipe))
     by_id = {case.id: case for case in cases}
     report, errors = [], 0
@@ -410,12 +412,15 @@ def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20,
                 report.append(f"{case_id} {i} {j} => {finding.observed}  expected: "
                               f"{finding.expected}\n  {finding.render()}")
         errors += diagnosis.unlisted.get("NVFP4-GEMM-7", 0)
-    total = sum(case.shape[0] * case.shape[1] for case in cases)
-    observed = sum(len(values) for values in seen.values())
-    absent = [case.id for case in cases if case.id not in seen]
+    # --require-all asks for the declared domain's cases (vectors/domains.py), not all of them
+    required = [case for case in cases if declared is None or declared.holds(case)]
+    total = sum(case.shape[0] * case.shape[1] for case in required)
+    observed = sum(len(seen[case.id]) for case in required if case.id in seen)
+    absent = [case.id for case in required if case.id not in seen]
     lines, missing = coverage(observed, total, absent, "output element", "GEMM vectors",
                               require_all)
-    return report + lines, errors + missing
+    outside = [case.id for case in cases if case not in required]
+    return report + lines + outside_line(outside, declared), errors + missing
 
 
 def explain(file_name: str, case: GemmCase, i: int, j: int) -> str:
