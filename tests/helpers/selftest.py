@@ -320,9 +320,11 @@ BF16_SLIPS = {"wrong_swizzle": ("vendor-bf16-wrong-swizzle", "NVFP4-PACK-3"),
               "bf16_reciprocal": ("vendor-bf16-reciprocal-in-bf16", "NVFP4-GS-1")}
 
 
-#: What the engines' weight recipe needs, as one run under exact lists it (must-show 3).
+#: What the engines' weight recipe needs, as one run under exact lists it at the default
+#: Hypothesis budget (must-show 3; a run of 25 examples did not meet a caller's s_g without a
+#: reciprocal reading back, and listed four).
 ENGINES_ALLOWANCES = ("reciprocal-multiply", "underflow-zero-group", "fp32-scale-rounding",
-                      "reciprocal-global-scale")
+                      "reciprocal-global-scale", "supplied-reciprocal")
 ENGINES_FAITHFUL = ["--profile", "faithful"] + [a for name in ENGINES_ALLOWANCES
                                                 for a in ("--allow", name)]
 
@@ -342,11 +344,14 @@ def vendor_runs() -> list[Run]:
             Run("vendor-bf16-exact", [V + "bf16_kernel"], env=env, conform=True),
             Run("vendor-bf16-slips", [V + name for name in BF16_SLIPS], BF16_FAITHFUL, env=env,
                 conform=True),
-            Run("vendor-engines-exact", [V + "engines_bf16_kernel"], env=env, conform=True,
-                extended=True),
+            # at the default budget (hscale conform --quick), as a vendor runs it: the
+            # allowances a run lists depend on the examples it draws
+            Run("vendor-engines-exact", [V + "engines_bf16_kernel"], ["--quick"], env=env,
+                quick=False, conform=True, extended=True),
             Run("vendor-engines-faithful", [V + "engines_bf16_kernel",
                                             V + "engines_without_domain"],
-                ENGINES_FAITHFUL, env=env, conform=True, extended=True)]
+                ENGINES_FAITHFUL + ["--quick"], env=env, quick=False, conform=True,
+                extended=True)]
 
 
 # ------------------------------------------------------------------------------------------
