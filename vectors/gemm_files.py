@@ -29,6 +29,7 @@ from .domains import outside_line
 from .families import coverage
 from .formats import CONVENTIONS, dumps
 from .gemm import NVFP4_SET, WEIGHT_ONLY_SET, gemm_sets
+from .gemm_bookkeeping import BOOKKEEPING_SET, PatternOperand
 
 KIND = "gemm"
 FORMAT_NAME = "hscale-nvfp4-gemm-vectors"
@@ -74,6 +75,8 @@ def _parse_exact(text: str) -> Fraction:
 
 
 def operand_json(operand) -> dict:
+    if isinstance(operand, PatternOperand):  # given by its rules (vectors/gemm_bookkeeping.py)
+        return operand.as_json()
     if isinstance(operand, np.ndarray):
         return {"kind": "activations", "dtype": hexio.dtype_name(operand.dtype),
                 "values": hexio.matrix_rows(operand)}
@@ -94,6 +97,8 @@ def _swizzled(scale_bytes: np.ndarray) -> np.ndarray:
 
 
 def operand_from_json(entry: dict):
+    if entry["kind"] == "nvfp4-pattern":
+        return PatternOperand.from_json(entry)
     if entry["kind"] == "activations":
         return hexio.matrix_from_rows(entry["values"], entry["dtype"],
                                       (len(entry["values"]), -1))
@@ -279,6 +284,8 @@ def render_set(name: str, cases: list[GemmCase], level: int, seed: int,
                spec_version: str = SPEC_VERSION) -> dict[str, bytes]:
     head = header(name, level, seed, spec_version)
     document = dict(head, cases=[case_json(case) for case in cases])
+    if name == BOOKKEEPING_SET:  # operands given by rules: the JSON alone (megabytes listed)
+        return {f"{name}.json": dumps(document).encode("ascii")}
     out = {f"{name}.json": dumps(document).encode("ascii"), f"{name}.npz": npz_bytes(head, cases)}
     if name == NVFP4_SET:
         out[f"{name}.hex"] = mma_hex_text(head, cases).encode("ascii")
@@ -301,6 +308,8 @@ def stored_cases(directory=None) -> dict[str, GemmCase]:
 
 
 def set_name(case: GemmCase) -> str:
+    if isinstance(case.a, PatternOperand):
+        return BOOKKEEPING_SET
     return WEIGHT_ONLY_SET if case.weight_only else NVFP4_SET
 
 

@@ -238,12 +238,15 @@ class GemmOperand:
 
 
 def wire_operand(operand, layout: str = "row-major") -> GemmOperand:
-    """``operand`` (codes, row-major scale bytes, global scale) in the form of ``layout``."""
+    """``operand`` (codes, row-major scale bytes, global scale; ``padding_byte``, what its
+    128x4 layout's padding holds, 0x00 when absent) in the form of ``layout``."""
     codes = np.asarray(operand.codes, dtype=np.uint8)
     scale_bytes = np.asarray(operand.scale_bytes, dtype=np.uint8)
     if layout == "swizzled-128x4":
         from .domain import swizzle
-        scale_bytes = swizzle(scale_bytes)
+        # the padding holds what the case says (0x00 unless a case fills it with stale bytes,
+        # which a kernel never reads, NVFP4-GEMM-2)
+        scale_bytes = swizzle(scale_bytes, int(getattr(operand, "padding_byte", 0)))
     return GemmOperand(pack_codes(codes), np.ascontiguousarray(scale_bytes),
                         np.float32(operand.global_scale), codes.shape[0], codes.shape[1], layout)
 

@@ -6,7 +6,9 @@ is read from the slips the field makes, each a hypothesis that would make the va
 - NVFP4-GEMM-2, the operands read otherwise: a packed byte's nibbles exchanged (one operand or
   both), the scale bytes read in another layout than declared (a swizzled buffer read as
   row-major, with or without its padding, or with a tile's 32-row blocks and 4-row-block index
-  exchanged; row-major bytes read as swizzled), for one operand or both;
+  exchanged; row-major bytes read as swizzled), for one operand or both; the scale bytes'
+  bookkeeping (split-K slices applying slice 0's, a later M band reading the previous band's A
+  scales, the layout's stale padding read as blocks beyond K);
 - NVFP4-GEMM-5, the global scales placed otherwise (on the accumulator, after the output
   rounding, folded into the elements of a dequantize-then-matmul);
 - NVFP4-GEMM-4, another accumulator (a narrower one, or faithful rounding): an fp16 accumulator
@@ -33,6 +35,9 @@ from hscale.reference.accumulation import PRESETS, GemmModel, admissible
 from hscale.reference.float_formats import float_format
 from hscale.reference.gemm import Nvfp4Tensor, exact_sum
 from hscale.reference.packing import swizzle_offset
+
+#: Rows of an M band: a CTA tile's M, the 128x4 layout's row tile.
+BAND = 128
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,50 @@ def layout_slips(case, layout: str) -> list[Slip]:
                       Slip("NVFP4-GEMM-2", f"both operands' scale bytes read as {how}, not the "
                            f"declared {layout}", other_a, other_b)]
     return slips
+
+
+def bookkeeping_slips(case) -> list[Slip]:
+    """NVFP4-GEMM-2's hypotheses of scale bytes read at another block's or row's place (the
+    field's bookkeeping slips): the K blocks split into S slices each applying slice 0's scale
+    bytes (split-K, CUTLASS #3615), the rows of a later 128-row M band reading the previous
+    band's A scale bytes (a later M wave, #3596), each for the operands whose scales change."""
+    if case.weight_only:
+        return []
+    a, b = own_form(case.a), own_form(case.b)
+    m, _, k = case.shape
+    blocks = k // 16
+    slips = []
+    for count in (2, 4, 8):
+        if blocks % count or blocks // count < 1 or blocks == count:
+            continue
+        width = blocks // count
+        first = np.arange(blocks) % width  # block beta reads the scales of beta mod width
+
+        def slice0(t):
+            return replace(t, scale_bytes=t.scale_bytes[:, first])
+
+        slips.append(Slip("NVFP4-GEMM-2", f"split-K over {count} slices of {width} blocks, "
+                          "every slice applying slice 0's scale bytes (not its own)",
+                          slice0(a), slice0(b)))
+    if m > BAND:
+        rows = np.arange(m)
+        earlier = np.where(rows >= BAND, rows - BAND, rows)
+        slips.append(Slip("NVFP4-GEMM-2", f"the rows of each later {BAND}-row M band reading "
+                          "the previous band's A scale bytes (an M wave reusing the last "
+                          "wave's)", replace(a, scale_bytes=a.scale_bytes[earlier]), b))
+    return slips
+
+
+def padding_read(case, observed: np.ndarray) -> np.ndarray:
+    """Which outputs are NaN because the kernel read the 128x4 layout's padding as the scale
+    bytes of blocks beyond K (K rounded up to 32 or to an MMA step of 64, the blocks beyond
+    given zero codes): where the case's padding holds a NaN byte, 0 times NaN is NaN."""
+    _, _, k = case.shape
+    stale = [int(getattr(t, "padding_byte", 0)) for t in (case.a, case.b)
+             if not isinstance(t, np.ndarray)]
+    if not k % 64 or not any(byte in (0x7F, 0xFF) for byte in stale):
+        return np.zeros(observed.shape, bool)
+    return np.isnan(observed)
 
 
 def numeric_slips(model: GemmModel, out_dtype: str) -> list[Slip]:
@@ -206,8 +255,13 @@ def attribute(case, observed: np.ndarray, model: GemmModel, bad: np.ndarray,
     rows = sorted({i for i, _ in hits})
     cols = sorted({j for _, j in hits})
     position = {(i, j): (rows.index(i), cols.index(j)) for i, j in hits}
-    slips = layout_slips(case, layout) + numeric_slips(model, case.out_dtype)
+    slips = (layout_slips(case, layout) + bookkeeping_slips(case)
+             + numeric_slips(model, case.out_dtype))
     explains = [_explained(case, slip, model, observed, rows, cols) for slip in slips]
+    slips.append(Slip("NVFP4-GEMM-2", "the 128x4 layout's padding (stale bytes) read as the "
+                      "scale bytes of blocks beyond K: K rounded up to 32 or to an MMA step of "
+                      "64 (a kernel never reads the padding)"))
+    explains.append(padding_read(case, observed)[np.ix_(rows, cols)])
     left, found = set(hits), {}
     # one slip that explains every wrong element: the first such, in the order above
     wholes = [k for k, mask in enumerate(explains) if all(mask[position[h]] for h in left)]
