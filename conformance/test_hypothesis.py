@@ -54,7 +54,9 @@ def test_generated_layers_near_the_ladder_ends(checker, data):
     case = Case(to_dtype(np.stack(groups).reshape(2, 48), np.float32),
                 rng.random(48) * rng.choice([0, 1, 1e4], 48), method=method, K=K, U=U,
                 global_scale=sg, title="ladder ends")
-    checker.check(case)
+    # generated data: rounded into a backend's own dtype where it takes no float32 (a
+    # construction held exactly would reject every draw of a bfloat16-only backend)
+    checker.check(case, rounding=True)
 
 
 # -- single groups and tiny layers against the exact oracle ---------------------------------------

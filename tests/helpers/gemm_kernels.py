@@ -123,9 +123,13 @@ class Fp32Blocks:
         for i in range(a_values.shape[1] // GROUP):
             part = slice(GROUP * i, GROUP * (i + 1))
             p = (a_values[:, part] @ b_values[:, part].T).astype(np.float32)  # exact: quarters
-            s = np.outer(a_scales[:, i], self.other_scales(a_scales, b_scales)[:, i])
+            s = self.scale_product(a_scales[:, i], self.other_scales(a_scales, b_scales)[:, i])
             blocks.append((p * s.astype(np.float32)).astype(np.float32))
         return blocks
+
+    def scale_product(self, a_scales, b_scales):
+        """sA sB of one block, (M, N): exact in fp32 (NVFP4-GEMM-3)."""
+        return np.outer(a_scales, b_scales)
 
     def other_scales(self, a_scales, b_scales):
         return b_scales
