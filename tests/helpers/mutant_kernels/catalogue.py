@@ -21,6 +21,9 @@ from .gemm import GemmKernel
 from .weight import WeightKernel
 
 DTYPES = ("float32", "bfloat16", "float16")
+#: The dtypes of the weight kind's structural faults (layouts, the search), whose detection
+#: does not turn on the input's precision: fp32 and the narrowest
+STRUCTURAL = ("float32", "bfloat16")
 SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 RCP_GRADES = (2, 3, 4, 8, 16, 64, 256)
 
@@ -105,41 +108,46 @@ def _weight() -> list[Mutant]:
             "ulps (relative k 2^-23) before rounding", DTYPES)
     for fault, what in (("fouroversix-tie-to-4", "a 4over6 tie goes to 4"),
                         ("fouroversix-weighted", "4over6 scored with h")):
-        add("NVFP4-INIT-2", fault, 0, "every group", what, DTYPES)
+        add("NVFP4-INIT-2", fault, 0, "every group", what, STRUCTURAL)
     for fault, what in (("zero-byte", "zero groups get byte 0x38"),
                         ("zero-delta", "zero groups report delta 1"),
                         ("zero-sign", "zero groups' codes lose their sign")):
-        add("NVFP4-ZERO-1", fault, 0, "every zero group", what, DTYPES)
+        add("NVFP4-ZERO-1", fault, 0, "every zero group", what, STRUCTURAL)
     add("NVFP4-PACK-1", "nibbles-all", 0, "every byte", "nibbles of every packed byte swapped",
-        DTYPES)
+        STRUCTURAL)
     add("NVFP4-PACK-1", "nibbles-last-byte", 0, "a row's last byte", "the last packed byte of "
-        "each row with its nibbles swapped", DTYPES)
+        "each row with its nibbles swapped", STRUCTURAL)
     add("NVFP4-PACK-2", "scale-bytes-column-major", 0, "every row", "the (m, n/16) scale "
-        "bytes laid out column-major", DTYPES)
+        "bytes laid out column-major", STRUCTURAL)
     for fault, what in (("swizzle-exchanged", "the tile's 32-row blocks and 4-row-block index "
                                               "exchanged"),
                         ("swizzle-dirty-padding", "the 128x4 padding 0xFF, not 0x00"),
                         ("swizzle-tile-64", "tiles of 64 rows")):
-        add("NVFP4-PACK-3", fault, 0, "the layout", what, DTYPES)
+        add("NVFP4-PACK-3", fault, 0, "the layout", what, STRUCTURAL)
     for fault, what in (("window-up", "one upward shift too many"),
                         ("window-down", "one downward shift too many"),
-                        ("window-wrap", "shifts below 0x01 wrap to the top"),
                         ("window-slide", "the window slid inside the ladder")):
-        add("HSCALE-WIN-1", fault, 0, "one shift", what, DTYPES)
+        add("HSCALE-WIN-1", fault, 0, "one shift", what, STRUCTURAL)
+    add("HSCALE-WIN-1", "window-wrap", 0, "one shift", "shifts below 0x01 wrap to the top",
+        STRUCTURAL, breaks=False,
+        why="equivalent: a shift that wraps lands near the top of the ladder, where every code "
+            "of the group is 0, and no candidate's objective exceeds that all-zero one (|w - q "
+            "s| <= |w| for a rounding to nearest on a grid holding 0, and fp64 rounding is "
+            "monotone), so a wrapped candidate never wins and no choice changes")
     for fault, what in (("objective-fp32", "the objective in fp32"),
                         ("objective-sequential", "summed left to right"),
                         ("objective-abs", "|d| instead of d^2")):
-        add("HSCALE-OBJ-1", fault, 0, "every group", what, DTYPES)
+        add("HSCALE-OBJ-1", fault, 0, "every group", what, STRUCTURAL)
     for fault, what in (("tie-last", "an equal objective replaces the earlier candidate"),
                         ("tie-minus-first", "-k before +k in the priority order")):
-        add("HSCALE-ARGMIN-1", fault, 0, "exact ties", what, DTYPES)
+        add("HSCALE-ARGMIN-1", fault, 0, "exact ties", what, STRUCTURAL)
     for fault, what in (("scale-only-uses-h", "scale-only weighted by h"),
                         ("rtn-searches", "rtn searches the window")):
-        add("HSCALE-METHOD-1", fault, 0, "a method", what, DTYPES)
+        add("HSCALE-METHOD-1", fault, 0, "a method", what, STRUCTURAL)
     for fault, what in (("block-diagonal", "the block objective's off-diagonal left out"),
                         ("block-transposed", "B[i] transposed"),
                         ("block-sequential", "the e_j summed left to right")):
-        add("HSCALE-BLOCK-1", fault, 0, "every group", what, DTYPES)
+        add("HSCALE-BLOCK-1", fault, 0, "every group", what, STRUCTURAL)
     strict = ("--strict-inputs",)
     for clause, accepted, what in (
             ("NVFP4-IN-1", "weight-type", "a non-array weight accepted"),
@@ -265,11 +273,11 @@ def _gemm() -> list[Mutant]:
     for bits in (7, 5, 3):
         add("NVFP4-GEMM-3", "scale-product-bits", bits, f"{bits} bits", "sA sB kept to k "
             "significant bits (8 needed)", DTYPES)
-    for bits in (23, 22, 20, 16, 11, 8):
+    for bits in (23, 22, 21, 20, 18, 16, 14, 12, 11, 10, 8):
         add("NVFP4-GEMM-4", "accumulator-bits", bits, f"{bits} bits", "the running sum kept "
             "to k significant bits (fp32: 24)", DTYPES)
     add("NVFP4-GEMM-4", "accumulator-fp16", 0, "fp16", "the running sum in fp16", DTYPES)
-    for bits in (23, 16, 8):
+    for bits in (23, 20, 16, 12, 8):
         add("NVFP4-GEMM-5", "alpha-bits", bits, f"{bits} bits", "alpha = gA gB kept to k "
             "significant bits", DTYPES)
     add("NVFP4-GEMM-5", "late-scale", 0, "after the output", "the global scales applied "
