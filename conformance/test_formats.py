@@ -164,6 +164,21 @@ def test_group_maxima_near_e4m3_midpoints_with_a_full_precision_global_scale(che
                    result.scale_bytes, case)
 
 
+@pytest.mark.clause("NVFP4-INIT-1", "NVFP4-E2M1-2", "NVFP4-E4M3-2")
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_quotients_a_few_fp32_ulps_from_every_boundary(checker, dtype):
+    """Group maxima and elements of at most 7 bits, exact in every dtype, with a caller's
+    s_g = 1 + i 2^-23 (i = -8 .. 8): the exact quotients amax_g / (6 s_g) and |w| / s land a few
+    fp32 ulps either side of every E4M3 and E2M1 midpoint (hscale.judge.boundaries), in each
+    declared dtype. A quotient formed in fp32, or by a reciprocal a few ulps off, crosses a
+    boundary the exact one does not; data one ulp of bfloat16 (2^-8) from a boundary cannot
+    show it, and the full-precision-s_g test above holds float32 weights only."""
+    from hscale.judge.boundaries import weight_boundary_cases
+    checker.require_dtype(dtype)
+    for case in weight_boundary_cases(dtype):
+        checker.check(case)
+
+
 @pytest.mark.clause("NVFP4-E4M3-2", "NVFP4-INIT-1")
 def test_quotients_above_448_saturate_and_tiny_ones_get_0x01(checker):
     sg = 2.0 ** -12
