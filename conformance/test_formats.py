@@ -104,8 +104,12 @@ def test_sign_bit_comes_from_w(checker, dtype, method):
 @pytest.mark.parametrize("sg", [2.0 ** -6, 0.75, 1.0])
 def test_every_ladder_byte_is_reachable_and_decodes(checker, sg):
     """Row c-1 has its group maximum at 6 * e4m3(c) * s_g, c = 0x01..0x7E: rtn gives byte c,
-    and the dequantized maximum is 6 * e4m3(c) * s_g (the byte decodes as E4M3)."""
-    rows = [group_at(c, sg, [1.0, -0.5, 3.0]) for c in range(1, 127)]
+    and the dequantized maximum is 6 * e4m3(c) * s_g (the byte decodes as E4M3). The other
+    elements sit 1/32 (relative) above and below the E2M1 midpoints at that scale, so a kernel
+    that decodes a byte as another value (a neighbour's, 1/8 away or more) codes them otherwise."""
+    near = [1.0, -0.5, 3.0] + [m * f * (-1) ** k for k, (m, f) in enumerate(
+        [(m, 33 / 32) for m in MIDPOINTS] + [(m, 31 / 32) for m in MIDPOINTS[:5]])]
+    rows = [group_at(c, sg, near) for c in range(1, 127)]
     weight = _layer(rows)
     case = Case(weight, method="rtn", global_scale=sg, title="every ladder byte")
     result = checker.check(case)

@@ -58,8 +58,10 @@ def _weight() -> list[Mutant]:
         add("NVFP4-E2M1-2", None, 0, "none", "the quantizer without a fault", (dtype,),
             breaks=False, why="the spec's arithmetic: it must conform")
     for k in range(1, 8):
-        add("NVFP4-E2M1-1", "e2m1-table", k, f"code {k}", "code k's magnitude mistaken (the "
-            "midpoint below it moved up to the next one)")
+        add("NVFP4-E2M1-1", "e2m1-table", k, f"magnitude {k}", "magnitude k written with "
+            "another code (bit 0 flipped)")
+        add("NVFP4-E2M1-2", "threshold-moved", k, f"code {k}", "the rounding into code k "
+            "starting a midpoint late (code k only from the next midpoint up)")
     for k in range(7):
         add("NVFP4-E2M1-2", "tie-flip", k, f"midpoint {k}", "exact ties at one E2M1 midpoint "
             "rounded to the odd code", DTYPES)

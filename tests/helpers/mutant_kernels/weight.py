@@ -218,6 +218,9 @@ class WeightKernel:
     # -- NVFP4-E2M1-*: codes --------------------------------------------------------------------
     def magnitudes(self, byte: np.ndarray, s_g) -> np.ndarray:
         values = E4M3.copy()
+        if self.has("ladder-ends"):  # 0x7F read as the next value, 480, not as NaN
+            values = np.append(values, 480.0)
+            return values[byte] * float(s_g)
         if self.has("e4m3-subnormal-decode"):
             values[1:8] = np.arange(1, 8) / 8 * 2.0 ** -7
         if self.has("e4m3-decode-byte"):  # one byte decoded as its neighbour
@@ -236,7 +239,7 @@ class WeightKernel:
             else:
                 q = np.abs(w) / np.where(live, scale, 1.0)[:, None]
         mids = MIDS.copy()
-        if self.has("e2m1-table"):  # code k's magnitude mistaken: its lower midpoint moves
+        if self.has("threshold-moved"):  # the rounding into code k starts a midpoint late
             mids[self.grade - 1] = (E2M1[self.grade] + E2M1[min(self.grade + 1, 7)]) / 2 \
                 if self.grade < 7 else 5.5
         code = np.zeros(w.shape, np.int64)
@@ -246,6 +249,8 @@ class WeightKernel:
                 ties_up = not ties_up
             code += (q >= mid) if ties_up else (q > mid)
         code = np.where(live[:, None], code, 0)
+        if self.has("e2m1-table"):  # magnitude k written with the code of bit 0 flipped
+            code = np.where(code == self.grade, code ^ 1, code)
         negative = np.signbit(w)
         if self.has("sign-zero") and self.grade in ("exact", "both"):
             negative &= w != 0
