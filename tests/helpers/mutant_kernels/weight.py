@@ -356,8 +356,9 @@ class WeightKernel:
             blocks = None
             ones = np.ones(cols)
             weights = np.broadcast_to(h if method == "hscale" else ones, (rows, cols))
-            if method == "scale-only" and self.has("scale-only-uses-h") and h is not None:
-                weights = np.broadcast_to(h, (rows, cols))
+            if method == "scale-only" and self.has("scale-only-uses-h") and \
+                    hessian_diag is not None and np.shape(hessian_diag) == (cols,):
+                weights = np.broadcast_to(np.asarray(hessian_diag, np.float64), (rows, cols))
             weights = weights.reshape(-1, GROUP)
         c0 = self.range_byte(amax_g, s_g, 6)
         if init == "4over6":  # NVFP4-INIT-2: the unweighted objective decides
