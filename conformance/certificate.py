@@ -271,6 +271,24 @@ def platform_record(backend: dict) -> dict:
             "device": backend.get("device") or f"host CPU ({platform.machine()})"}
 
 
+#: The statuses of a clause this run judged (the input contract's: its bad inputs were fed).
+JUDGED_STATUSES = ("pass", "allowed", "fail", "error", "input contract")
+
+
+def clauses_not_judged(certificate: dict, asked) -> dict[str, str]:
+    """Of the clauses ``asked`` for (``--clause``), those this certificate did not judge, each
+    with its status and why: a run asked about a clause that judged nothing of it says so, and
+    ``hscale conform`` exits 1 (not "conforms")."""
+    out = {}
+    for clause in asked:
+        row = certificate["clauses"].get(clause, {})
+        status = row.get("status", "not judged")
+        if status not in JUDGED_STATUSES:
+            reason = row.get("reason", "")
+            out[clause] = f"{status}: {reason}" if reason else status
+    return out
+
+
 def render_summary(certificate: dict) -> list[str]:
     """The short human summary printed at the end of a run."""
     backend = certificate["backend"]
@@ -286,8 +304,9 @@ def render_summary(certificate: dict) -> list[str]:
         said = "; ".join(f"{attribute} {shown(v)}"
                          for attribute, v in part["declarations"].items())
         counts = Counter(part["clauses"].values())
+        note = f" ({part['verdict_note']})" if part.get("verdict_note") else ""
         lines.append(f"  kind {name} ({said or 'nothing to declare'}): "
-                     f"{part['verdict'].upper()}; clauses: "
+                     f"{part['verdict'].upper()}{note}; clauses: "
                      + "; ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s]))
         if name == "weight":
             lines.append(f"    profile {certificate['profile']}"

@@ -116,6 +116,10 @@ class GemmChecker:
         self.tally.elements += diagnosis.elements
         self.tally.exact += diagnosis.exact
         self.tally.not_judged.update(diagnosis.not_judged)
+        if diagnosis.vacuous:
+            self.tally.vacuous += diagnosis.vacuous
+            k = run_case.shape[2]
+            self.tally.vacuous_k = min(self.tally.vacuous_k or k, k)
         if not diagnosis.ok:
             fail_citing("\n".join([self._header(run_case)] + diagnosis.render()),
                         diagnosis.findings)

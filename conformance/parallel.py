@@ -60,10 +60,13 @@ def merge_record(record: bytes, items: dict, outcomes: dict, cited: dict,
 
 def add_counts(into, other) -> None:
     """``into += other`` field by field for the tally records (dataclasses of counters, ints
-    and lists, nested): what two workers counted is what one process would have counted."""
+    and lists, nested; a field whose metadata names a ``merge`` function meets by it): what two
+    workers counted is what one process would have counted."""
     for f in dataclasses.fields(into):
         mine, theirs = getattr(into, f.name), getattr(other, f.name)
-        if dataclasses.is_dataclass(mine):
+        if "merge" in f.metadata:  # a field that is not a count says how two values meet
+            setattr(into, f.name, f.metadata["merge"](mine, theirs))
+        elif dataclasses.is_dataclass(mine):
             add_counts(mine, theirs)
         elif isinstance(mine, Counter):
             mine.update(theirs)

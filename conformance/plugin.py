@@ -55,7 +55,7 @@ from hscale.judge.domain import Domain
 from hscale.judge.kinds import (DEFAULT_KINDS, JUDGED_ELSEWHERE, KINDS, Declared, declared_kinds,
                                 kind_of_test, resolve)
 from hscale.judge.options import suite_options
-from hscale.judge.profiles import check_profile
+from hscale.judge.profiles import check_profile, check_profile_applies
 
 SUITE_DIR = Path(__file__).resolve().parent
 
@@ -239,6 +239,11 @@ def pytest_configure(config):
             raise pytest.UsageError(f"--clause {ident}: docs/spec.md defines no such clause; "
                                     f"known: {', '.join(clause_ids())}")
     backends = _load_backends(config)
+    try:
+        check_profile_applies(profile, allowances, {ident: entry.declared.kinds
+                                                    for ident, entry in backends.items()})
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
     if explicit_unavailable := [e for e in backends.values()
                                 if e.explicit and not e.available]:
         if not config.getoption("allow_unavailable"):
@@ -351,8 +356,15 @@ def _deselect(config, items: list, unwanted: set) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem):
     """A test whose checker kept drawing past findings that allowances would excuse
-    (``Checker.fail_or_defer``) fails now, at its end, naming every allowance it needed."""
-    result = yield
+    (``Checker.fail_or_defer``) fails now, at its end, naming every allowance it needed. A test
+    that met several faults (Hypothesis' exception group) fails with their messages, not a
+    traceback (``hscale.conformance.failures``)."""
+    try:
+        result = yield
+    except BaseExceptionGroup as group:
+        from hscale.conformance.failures import one_message
+        # from None: pytest would print the group as the context of the failure
+        raise pytest.fail.Exception(one_message(group), pytrace=False) from None
     checker = pyfuncitem.funcargs.get("checker")
     report = checker.deferred_report() if checker is not None else None
     if report:
@@ -525,12 +537,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         report = e.report
         if report is None:
             continue
-        for clause in config.getoption("clause"):  # asked for, and judged nothing: one line
-            row = report["clauses"].get(clause, {})
-            if row.get("status") not in ("pass", "allowed", "fail", "error"):
-                terminalreporter.write_line(
-                    f"--clause {clause}: nothing judged on backend {ident!r}: "
-                    f"{row.get('status', 'not judged')}: {row.get('reason', '')}")
+        # asked for, and judged nothing: one line each (hscale conform then exits 1)
+        for clause, why in cert.clauses_not_judged(report, config.getoption("clause")).items():
+            terminalreporter.write_line(f"--clause {clause}: nothing judged on backend "
+                                        f"{ident!r}: {why}")
         for line in cert.render_summary(report):
             terminalreporter.write_line(line)
         terminalreporter.write_line(f"  certificate: {e.report_path}")

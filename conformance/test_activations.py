@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hscale.conformance.activation_strategies import ACTIVATION_DTYPES, activation_cases
+from hscale.judge.boundaries import boundary_cases
 from hscale.judge.activations import ActivationCase
 from hscale.judge.builders import BF16, F16, F32
 
@@ -48,6 +49,25 @@ def test_generated_tensors(activation_checker, recipe, data):
 
 def _static(checker):
     checker.require_mode("static")
+
+
+DTYPES = [pytest.param(F32, id="float32"), pytest.param(F16, id="float16"),
+          pytest.param(BF16, id="bfloat16")]
+
+
+@pytest.mark.clause("NVFP4-ACT-5", "NVFP4-ACT-2", "NVFP4-ACT-3", "NVFP4-ACT-6", "NVFP4-ACT-7")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_products_a_few_fp32_ulps_from_every_boundary(activation_checker, dtype):
+    """Block scales and encode products a few fp32 ulps either side of every E4M3 and E2M1
+    midpoint, in each declared dtype (hscale.judge.boundaries): inputs of few bits
+    and a constructed global scale g = 1 + i 2^-23, one tensor per i. A reciprocal within the
+    one ulp PTX states passes (NVFP4-ACT-5); one further off moves a byte or a code across a
+    boundary that no admissible reciprocal moves, which generated data, one ulp of bfloat16
+    (2^-8) from a boundary, cannot show."""
+    activation_checker.require_dtype(dtype)
+    _static(activation_checker)
+    for case in boundary_cases(dtype):
+        activation_checker.check(case)
 
 
 @pytest.mark.clause("NVFP4-ACT-8")

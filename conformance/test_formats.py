@@ -104,8 +104,12 @@ def test_sign_bit_comes_from_w(checker, dtype, method):
 @pytest.mark.parametrize("sg", [2.0 ** -6, 0.75, 1.0])
 def test_every_ladder_byte_is_reachable_and_decodes(checker, sg):
     """Row c-1 has its group maximum at 6 * e4m3(c) * s_g, c = 0x01..0x7E: rtn gives byte c,
-    and the dequantized maximum is 6 * e4m3(c) * s_g (the byte decodes as E4M3)."""
-    rows = [group_at(c, sg, [1.0, -0.5, 3.0]) for c in range(1, 127)]
+    and the dequantized maximum is 6 * e4m3(c) * s_g (the byte decodes as E4M3). The other
+    elements sit 1/32 (relative) above and below the E2M1 midpoints at that scale, so a kernel
+    that decodes a byte as another value (a neighbour's, 1/8 away or more) codes them otherwise."""
+    near = [1.0, -0.5, 3.0] + [m * f * (-1) ** k for k, (m, f) in enumerate(
+        [(m, 33 / 32) for m in MIDPOINTS] + [(m, 31 / 32) for m in MIDPOINTS[:5]])]
+    rows = [group_at(c, sg, near) for c in range(1, 127)]
     weight = _layer(rows)
     case = Case(weight, method="rtn", global_scale=sg, title="every ladder byte")
     result = checker.check(case)
@@ -162,6 +166,21 @@ def test_group_maxima_near_e4m3_midpoints_with_a_full_precision_global_scale(che
     want = range_byte(weight[:, 0].astype(np.float64), sg, 6.0).astype(np.uint8)[:, None]
     checker.expect("NVFP4-INIT-1", "initial bytes of the exact quotients", want,
                    result.scale_bytes, case)
+
+
+@pytest.mark.clause("NVFP4-INIT-1", "NVFP4-E2M1-2", "NVFP4-E4M3-2")
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_quotients_a_few_fp32_ulps_from_every_boundary(checker, dtype):
+    """Group maxima and elements of at most 7 bits, exact in every dtype, with a caller's
+    s_g = 1 + i 2^-23 (i = -8 .. 8): the exact quotients amax_g / (6 s_g) and |w| / s land a few
+    fp32 ulps either side of every E4M3 and E2M1 midpoint (hscale.judge.boundaries), in each
+    declared dtype. A quotient formed in fp32, or by a reciprocal a few ulps off, crosses a
+    boundary the exact one does not; data one ulp of bfloat16 (2^-8) from a boundary cannot
+    show it, and the full-precision-s_g test above holds float32 weights only."""
+    from hscale.judge.boundaries import weight_boundary_cases
+    checker.require_dtype(dtype)
+    for case in weight_boundary_cases(dtype):
+        checker.check(case)
 
 
 @pytest.mark.clause("NVFP4-E4M3-2", "NVFP4-INIT-1")

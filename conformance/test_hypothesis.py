@@ -54,7 +54,9 @@ def test_generated_layers_near_the_ladder_ends(checker, data):
     case = Case(to_dtype(np.stack(groups).reshape(2, 48), np.float32),
                 rng.random(48) * rng.choice([0, 1, 1e4], 48), method=method, K=K, U=U,
                 global_scale=sg, title="ladder ends")
-    checker.check(case)
+    # generated data: rounded into a backend's own dtype where it takes no float32 (a
+    # construction held exactly would reject every draw of a bfloat16-only backend)
+    checker.check(case, rounding=True)
 
 
 # -- single groups and tiny layers against the exact oracle ---------------------------------------
@@ -143,7 +145,9 @@ def test_exact_oracle(checker, data):
     checker.require("rtn")
     case = data.draw(_cases(checker, max_rows=2, max_groups=2), label="case")
     result = checker.quantize(case)
-    oracle_check(checker, case, result)
+    # judged at the scale ceiling the backend ran: a kernel with one ceiling built in runs a
+    # case drawn at another at its own (Checker.in_domain), and the oracle must judge that run
+    oracle_check(checker, case.with_(scale_ceiling=checker.last_case.scale_ceiling), result)
 
 
 # -- properties -------------------------------------------------------------------------------------

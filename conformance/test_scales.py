@@ -100,6 +100,43 @@ def test_caller_global_scale_is_used_unchanged(checker, sg, method):
                      "expected np.float32", case)
 
 
+def _without_read_back(start: int) -> tuple[np.float32, np.float32, np.float32]:
+    """``(amax, s_g, s_g')``: an fp32 amax whose s_g = fp32(amax / 2688) has no fp32 reciprocal
+    reading back as itself (NVFP4-GS-4: about 17% of them), and s_g' = fp32(1 / fp32(1 / s_g)),
+    one ulp away: what a writer storing the reciprocal quantizes with."""
+    one = np.float32(1)
+    for k in range(start, start + 4096):
+        amax = np.float32((1.5 + k * 2.0 ** -23) * 2688)
+        s_g = np.float32(expected_global_scale(amax, 448.0))  # the spec's, from the judges
+        s_read = one / (one / s_g)
+        if s_read != s_g:
+            return amax, s_g, s_read
+    raise AssertionError("no s_g without a read-back reciprocal found")
+
+
+@pytest.mark.clause("NVFP4-GS-4", "NVFP4-GS-1")
+@pytest.mark.parametrize("start", [0, 5000])
+def test_a_stored_reciprocal_quantizes_with_what_it_reads_back_as(checker, start):
+    """s_g computed from the tensor, one of the 17% with no fp32 reciprocal reading back as
+    itself, and elements a few fp32 ulps about the E2M1 midpoints at the scale the stored
+    reciprocal reads back as (s_g' = fp32(1 / fp32(1 / s_g)), one ulp from s_g): a backend
+    storing the reciprocal must quantize with s_g' (NVFP4-GS-4), and its codes there differ
+    from those at s_g. A backend storing the multiplier is judged at s_g as always."""
+    amax, s_g, s_read = _without_read_back(start)
+    rows = [[float(amax)] + [0.0] * 15]
+    for byte in (0x30, 0x38, 0x41, 0x4B):
+        scale = L(byte) * float(s_read)
+        row = [6 * scale]
+        for mid in (0.75, 1.25, 2.5, 3.5, 5.0):
+            near = np.float32(mid * scale)
+            row += [float(np.nextafter(near, np.float32(0))), float(near),
+                    float(np.nextafter(near, np.float32(np.inf)))]
+        rows.append(row)
+    weight = np.array(rows, dtype=np.float32)
+    checker.check(Case(weight, method="rtn", title=f"s_g {float(s_g)!r} without a read-back "
+                                                   "reciprocal"))
+
+
 @pytest.mark.clause("NVFP4-INIT-1")
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
 @pytest.mark.parametrize("ceiling", [448.0, 256.0])

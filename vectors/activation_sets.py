@@ -30,6 +30,7 @@ from hscale.reference.packing import (pack_codes, swizzle_scale_bytes, swizzle_s
                                       unpack_codes)
 
 from . import hexio
+from .domains import outside_line
 from .families import SetChoice, coverage
 from .group_lines import assembled, read_group_lines
 from .activation_catalogue import level0_cases  # noqa: F401 - the family's cases
@@ -271,12 +272,13 @@ def expect_lines(cases, recipe: str, with_global_scale: bool = True) -> list[str
 
 
 def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20,
-                require_all: bool = False) -> tuple[list, int]:
+                require_all: bool = False, declared=None) -> tuple[list, int]:
     """``(report lines, errors)``: each case the observed lines cover, judged as a ``recipe``
     kernel's result (hscale.judge.activations), TestFloat-style. The report says how many of
     the vectors' groups the file held; a group it lacks is not judged (its expected result
     stands in, so that the case's others can be), and with ``require_all`` each one missing is
-    an error, as ``hscale vectors check --require-all`` makes it for the weight sets."""
+    an error, as ``hscale vectors check --require-all`` makes it for the weight sets: of the
+    cases of the ``declared`` domain (``hscale.vectors.domains``; None: every case)."""
     by_id = {case.id: case for case in cases}
     seen = read_group_lines(lines, set(by_id), "activation", "hscale vectors expect --recipe R")
     report, errors = [], 0
@@ -299,12 +301,15 @@ def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20,
                 report.append(f"{case_id} {finding.render()}")
                 if finding.group is not None:
                     report.append(group_context(case, *finding.group))
-    total = sum(case.shape[0] * (case.shape[1] // GROUP_SIZE) for case in cases)
-    observed = sum(len(entry["groups"]) for entry in seen.values())
-    absent = [case.id for case in cases if case.id not in seen]
+    # --require-all asks for the declared domain's cases (vectors/domains.py), not all of them
+    required = [case for case in cases if declared is None or declared.holds(case)]
+    total = sum(case.shape[0] * (case.shape[1] // GROUP_SIZE) for case in required)
+    observed = sum(len(seen[case.id]["groups"]) for case in required if case.id in seen)
+    absent = [case.id for case in required if case.id not in seen]
     lines, missing = coverage(observed, total, absent, "group", "activation vectors",
                               require_all)
-    return report + lines, errors + missing
+    outside = [case.id for case in cases if case not in required]
+    return report + lines + outside_line(outside, declared), errors + missing
 
 
 def explain(file_name: str, case: ActivationCase, row: int, group: int) -> str:

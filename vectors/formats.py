@@ -67,7 +67,27 @@ def set_header(set_name: str, level: int, seed: int, first_case: Case,
 
 
 def dumps(document) -> str:
-    return json.dumps(document, sort_keys=True, indent=1, ensure_ascii=True) + "\n"
+    """The vector files' JSON: keys sorted, one level of indent a level, and a list of scalars
+    (a row of values, hex words, ...) on one line, so that large arrays stay readable by row and
+    do not spend five lines on each element."""
+    return _json(document, 0) + "\n"
+
+
+def _json(value, level: int) -> str:
+    if isinstance(value, (dict, list, tuple)) and value:
+        if isinstance(value, dict):
+            items = [f"{json.dumps(str(key), ensure_ascii=True)}: {_json(value[key], level + 1)}"
+                     for key in sorted(value)]
+            opening, closing = "{", "}"
+        elif any(isinstance(item, (dict, list, tuple)) for item in value):
+            items = [_json(item, level + 1) for item in value]
+            opening, closing = "[", "]"
+        else:
+            return json.dumps(value, ensure_ascii=True)
+        inner = " " * (level + 1)
+        return (opening + "\n" + ",\n".join(inner + item for item in items) + "\n"
+                + " " * level + closing)
+    return json.dumps(value, ensure_ascii=True)
 
 
 def read_data_json(name: str):

@@ -176,5 +176,8 @@ def weight_only_cases(seed: int) -> list[GemmCase]:
 
 
 def gemm_sets(seed: int) -> dict[str, list[GemmCase]]:
-    """Set name -> its cases, in catalogue order."""
-    return {NVFP4_SET: nvfp4_cases(seed), WEIGHT_ONLY_SET: weight_only_cases(seed)}
+    """Set name -> its cases, in catalogue order (the scale-bookkeeping set's in
+    ``gemm_bookkeeping``)."""
+    from .gemm_bookkeeping import BOOKKEEPING_SET, bookkeeping_cases
+    return {NVFP4_SET: nvfp4_cases(seed), WEIGHT_ONLY_SET: weight_only_cases(seed),
+            BOOKKEEPING_SET: bookkeeping_cases(seed)}

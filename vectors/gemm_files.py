@@ -25,9 +25,11 @@ from hscale.reference.float_formats import FLOAT32, float_format
 from hscale.reference.gemm import Nvfp4Tensor, decoded_units
 
 from . import hexio
+from .domains import outside_line
 from .families import SetChoice, coverage
 from .formats import CONVENTIONS, dumps
 from .gemm import NVFP4_SET, WEIGHT_ONLY_SET, gemm_sets
+from .gemm_bookkeeping import BOOKKEEPING_SET, PatternOperand
 
 KIND = "gemm"
 FORMAT_NAME = "hscale-nvfp4-gemm-vectors"
@@ -80,6 +82,8 @@ def _parse_exact(text: str) -> Fraction:
 
 
 def operand_json(operand) -> dict:
+    if isinstance(operand, PatternOperand):  # given by its rules (vectors/gemm_bookkeeping.py)
+        return operand.as_json()
     if isinstance(operand, np.ndarray):
         return {"kind": "activations", "dtype": hexio.dtype_name(operand.dtype),
                 "values": hexio.matrix_rows(operand)}
@@ -100,6 +104,8 @@ def _swizzled(scale_bytes: np.ndarray) -> np.ndarray:
 
 
 def operand_from_json(entry: dict):
+    if entry["kind"] == "nvfp4-pattern":
+        return PatternOperand.from_json(entry)
     if entry["kind"] == "activations":
         return hexio.matrix_from_rows(entry["values"], entry["dtype"],
                                       (len(entry["values"]), -1))
@@ -285,6 +291,8 @@ def render_set(name: str, cases: list[GemmCase], level: int, seed: int,
                spec_version: str = SPEC_VERSION) -> dict[str, bytes]:
     head = header(name, level, seed, spec_version)
     document = dict(head, cases=[case_json(case) for case in cases])
+    if name == BOOKKEEPING_SET:  # operands given by rules: the JSON alone (megabytes listed)
+        return {f"{name}.json": dumps(document).encode("ascii")}
     out = {f"{name}.json": dumps(document).encode("ascii"), f"{name}.npz": npz_bytes(head, cases)}
     if name == NVFP4_SET:
         out[f"{name}.hex"] = mma_hex_text(head, cases).encode("ascii")
@@ -307,6 +315,8 @@ def stored_cases(directory=None) -> dict[str, GemmCase]:
 
 
 def set_name(case: GemmCase) -> str:
+    if isinstance(case.a, PatternOperand):
+        return BOOKKEEPING_SET
     return WEIGHT_ONLY_SET if case.weight_only else NVFP4_SET
 
 
@@ -394,13 +404,14 @@ def expect_lines(cases, model: str, with_global_scale: bool = True) -> list[str]
 
 
 def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20,
-                require_all: bool = False) -> tuple[list, int]:
+                require_all: bool = False, declared=None) -> tuple[list, int]:
     """``(report lines, errors)``: each case the observed lines cover, judged under the
     accumulation model ``recipe`` (hscale.judge.gemm), TestFloat-style: each wrong output
     element with its expected and observed bits and its finding. The report says how many of
     the vectors' output elements the file held; an element it lacks is not judged (its expected
     value stands in, so that the case's others can be), and with ``require_all`` each one
-    missing is an error, as for the weight and activation sets."""
+    missing is an error, as for the weight and activation sets: of the cases of the
+    ``declared`` domain (``hscale.vectors.domains``; None: every case)."""
     domain = GemmDomain(GemmModel.parse(recipe))
     by_id = {case.id: case for case in cases}
     report, errors = [], 0
@@ -423,12 +434,15 @@ def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20,
                 report.append(f"{case_id} {i} {j} => {finding.observed}  expected: "
                               f"{finding.expected}\n  {finding.render()}")
         errors += diagnosis.unlisted.get("NVFP4-GEMM-7", 0)
-    total = sum(case.shape[0] * case.shape[1] for case in cases)
-    observed = sum(len(values) for values in seen.values())
-    absent = [case.id for case in cases if case.id not in seen]
+    # --require-all asks for the declared domain's cases (vectors/domains.py), not all of them
+    required = [case for case in cases if declared is None or declared.holds(case)]
+    total = sum(case.shape[0] * case.shape[1] for case in required)
+    observed = sum(len(seen[case.id]) for case in required if case.id in seen)
+    absent = [case.id for case in required if case.id not in seen]
     lines, missing = coverage(observed, total, absent, "output element", "GEMM vectors",
                               require_all)
-    return report + lines, errors + missing
+    outside = [case.id for case in cases if case not in required]
+    return report + lines + outside_line(outside, declared), errors + missing
 
 
 def explain(file_name: str, case: GemmCase, i: int, j: int) -> str:

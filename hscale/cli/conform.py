@@ -2,10 +2,12 @@
 certificate, in one step. The same as ``pytest --pyargs hscale.conformance`` with the options
 below (docs/conformance.md); anything after ``--`` goes to pytest unchanged.
 
-Exit codes: 0 every backend's certificate says "conforms"; 1 a certificate says "does not
-conform" or "not judged"; 2 a user error (a bad option, a backend that cannot be loaded or cannot
-run here, pytest or Hypothesis not installed), one line on stderr; 3 the run did not finish
-(interrupted, or pytest's internal error): no verdict.
+Exit codes: 0 every backend's certificate says "conforms" and judged every clause named with
+--clause; 1 a certificate says "does not conform" or "not judged", or a clause named with
+--clause was not judged on a backend (its tests all skipped there, one line says why); 2 a
+user error (a bad option, a backend that cannot be loaded or cannot run here, pytest or
+Hypothesis not installed), one line on stderr; 3 the run did not finish (interrupted, or
+pytest's internal error): no verdict.
 """
 
 from __future__ import annotations
@@ -110,4 +112,14 @@ def main(argv=None) -> int:
               "certificates written are incomplete", file=sys.stderr)
         return EXIT_INCOMPLETE
     verdicts = {ident: report["verdict"] for ident, (report, _) in collector.certificates.items()}
+    if args.clause:  # a clause asked for and not judged is not "conforms" (issue 39)
+        from hscale.conformance.certificate import clauses_not_judged
+        unjudged = {ident: clauses_not_judged(report, args.clause)
+                    for ident, (report, _) in collector.certificates.items()}
+        for ident, clauses in unjudged.items():
+            for clause, why in clauses.items():
+                print(f"hscale conform: --clause {clause} was not judged on backend {ident!r} "
+                      f"({why}): exit {EXIT_FINDINGS}", file=sys.stderr)
+        if any(unjudged.values()):
+            return EXIT_FINDINGS
     return EXIT_OK if all(v == "conforms" for v in verdicts.values()) else EXIT_FINDINGS

@@ -76,6 +76,19 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                    help="an allowance of the faithful or format profile (repeatable), e.g. "
                         "reciprocal-multiply; the names of docs/spec.md section 7")
     _family_options(p, "check")
+    p.add_argument("--dtypes", default=None, metavar="LIST",
+                   help="with --recipe: the input dtypes the kernel takes, comma-separated "
+                        "(default float32,float16,bfloat16); --require-all asks only for the "
+                        "cases it can run")
+    p.add_argument("--global-scale", default=None, metavar="LIST",
+                   help="with --recipe: static, dynamic or both, as the kernel declares "
+                        "(default static: the dynamic cases are not required)")
+    p.add_argument("--gemm-activations", default=None, metavar="LIST",
+                   help="with --gemm-model: the GEMM's first operands, comma-separated, of "
+                        "nvfp4, float32, bfloat16, float16, q8_0 (default nvfp4: the "
+                        "weight-only cases are not required)")
+    p.add_argument("--gemm-out-dtypes", default=None, metavar="LIST",
+                   help="with --gemm-model: the output dtypes it produces (default float32)")
 
     p = commands.add_parser("expect", help="write the observed file a conforming "
                                            "implementation would produce for DIR")
@@ -208,6 +221,7 @@ def _check_family(args, kind: str) -> int:
     """``check --recipe R`` or ``check --gemm-model M``: the observed file's cases of the kind
     judged as an R kernel's (an M GEMM's)."""
     check_at_least("--errors", args.errors, 1)
+    declared = _declared_domain(args, kind)
     choice_name = _family(kind).CHOICE.name
     choice = getattr(args, _family(kind).CHOICE.dest)
     cases = _family_cases(args.dir, kind)
@@ -215,8 +229,9 @@ def _check_family(args, kind: str) -> int:
         lines = Path(args.observed).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as error:
         raise UsageError(f"--observed {args.observed}: cannot be read ({error})") from None
+    domain = {} if declared is None else {"declared": declared}  # the kinds that declare one
     report, errors = _family(kind).check_lines(cases, lines, choice, args.errors,
-                                               args.require_all)
+                                               args.require_all, **domain)
     for line in report:
         print(line)
     if errors:
@@ -225,6 +240,30 @@ def _check_family(args, kind: str) -> int:
     print(f"{args.observed}: conforms to the {kind} vectors of {args.dir} under the "
           f"{choice} {choice_name}")
     return 0
+
+
+#: kind -> the options of ``check`` declaring that kind's domain (vectors/domains.py)
+DOMAIN_OPTIONS = {"activation": ("dtypes", "global_scale"),
+                  "gemm": ("gemm_activations", "gemm_out_dtypes")}
+
+
+def _declared_domain(args, kind: str | None):
+    """The declared domain ``check --require-all`` asks the cases of; an option of another
+    kind's domain is a usage error rather than ignored."""
+    from hscale.vectors.domains import ActivationVectorDomain, GemmVectorDomain
+    for other, options in DOMAIN_OPTIONS.items():
+        for option in options:
+            if other != kind and getattr(args, option, None) is not None:
+                wanted = _family(other).CHOICE.option
+                raise UsageError(f"--{option.replace('_', '-')} applies with {wanted} only")
+    try:
+        if kind == "activation":
+            return ActivationVectorDomain.parse(args.dtypes, args.global_scale)
+        if kind == "gemm":
+            return GemmVectorDomain.parse(args.gemm_activations, args.gemm_out_dtypes)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    return None
 
 
 def _unknown_case(case_id: str, vectors: dict, directory) -> str:
@@ -254,6 +293,7 @@ def _run(args) -> int:
     if command == "check" and family:
         return _check_family(args, family)
     if command == "check":
+        _declared_domain(args, None)  # a domain option without its family: a usage error
         from hscale.judge.profiles import check_profile
         from hscale.vectors.check import check
         check_at_least("--errors", args.errors, 1)

@@ -234,13 +234,15 @@ def swizzled_shape(rows: int, scale_cols: int) -> tuple[int, int]:
     return -(-rows // TILE_ROWS) * TILE_ROWS, -(-scale_cols // TILE_COLS) * TILE_COLS
 
 
-def swizzle(scale_bytes: np.ndarray) -> np.ndarray:
-    """Row-major (m, k) scale bytes in the 128x4 layout, flat and zero padded: tiles of 128 rows
-    by 4 columns, row tiles outermost; inside a tile the 128 rows are 4 blocks of 32, and the
-    bytes of row 32q + p, column c sit at 16 p + 4 q + c (NVFP4-PACK-3)."""
+def swizzle(scale_bytes: np.ndarray, padding: int = 0) -> np.ndarray:
+    """Row-major (m, k) scale bytes in the 128x4 layout, flat and padded with ``padding`` (0x00,
+    as NVFP4-PACK-3 writes it; a GEMM case may hold another byte there, which a GEMM never
+    reads, NVFP4-GEMM-2): tiles of 128 rows by 4 columns, row tiles outermost; inside a tile the
+    128 rows are 4 blocks of 32, and the bytes of row 32q + p, column c sit at 16 p + 4 q + c
+    (NVFP4-PACK-3)."""
     rows, cols = scale_bytes.shape
     padded_rows, padded_cols = swizzled_shape(rows, cols)
-    padded = np.zeros((padded_rows, padded_cols), np.uint8)
+    padded = np.full((padded_rows, padded_cols), padding, np.uint8)
     padded[:rows, :cols] = scale_bytes
     tiles = padded.reshape(padded_rows // TILE_ROWS, TILE_ROWS // ROW_BLOCK, ROW_BLOCK,
                            padded_cols // TILE_COLS, TILE_COLS)  # (a, q, p, b, c)

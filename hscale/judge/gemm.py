@@ -238,12 +238,15 @@ class GemmOperand:
 
 
 def wire_operand(operand, layout: str = "row-major") -> GemmOperand:
-    """``operand`` (codes, row-major scale bytes, global scale) in the form of ``layout``."""
+    """``operand`` (codes, row-major scale bytes, global scale; ``padding_byte``, what its
+    128x4 layout's padding holds, 0x00 when absent) in the form of ``layout``."""
     codes = np.asarray(operand.codes, dtype=np.uint8)
     scale_bytes = np.asarray(operand.scale_bytes, dtype=np.uint8)
     if layout == "swizzled-128x4":
         from .domain import swizzle
-        scale_bytes = swizzle(scale_bytes)
+        # the padding holds what the case says (0x00 unless a case fills it with stale bytes,
+        # which a kernel never reads, NVFP4-GEMM-2)
+        scale_bytes = swizzle(scale_bytes, int(getattr(operand, "padding_byte", 0)))
     return GemmOperand(pack_codes(codes), np.ascontiguousarray(scale_bytes),
                         np.float32(operand.global_scale), codes.shape[0], codes.shape[1], layout)
 
@@ -313,6 +316,9 @@ class GemmDiagnosis:
     exact: int = 0
     not_judged: Counter = field(default_factory=Counter)
     note: str = ""
+    #: judged elements whose bound is vacuous, ``(1 + u)^d - 1 >= 1``: any value within
+    #: sum |t_k| of S is admitted (an fp16 accumulator from K of about 1,420, NVFP4-GEMM-4)
+    vacuous: int = 0
 
     @property
     def ok(self) -> bool:
@@ -341,7 +347,9 @@ def judge_gemm(case: GemmCase, observed: np.ndarray, model, domain: GemmDomain |
     model = GemmModel.parse(model)
     allowed = case.admissible(model)
     diagnosis = GemmDiagnosis(elements=int(allowed.judged.sum()),
-                              exact=int((allowed.exact & allowed.judged).sum()))
+                              exact=int((allowed.exact & allowed.judged).sum()),
+                              vacuous=int((vacuous_bounds(case, allowed)
+                                           & allowed.judged).sum()))
     for reason in allowed.reason[~allowed.judged]:
         diagnosis.not_judged[reason] += 1
     inside = (observed >= allowed.low) & (observed <= allowed.high)
@@ -358,6 +366,17 @@ def judge_gemm(case: GemmCase, observed: np.ndarray, model, domain: GemmDomain |
     if bad.sum() > LISTED:
         diagnosis.unlisted["NVFP4-GEMM-7"] += int(bad.sum()) - LISTED
     return diagnosis
+
+
+def vacuous_bounds(case: GemmCase, allowed) -> np.ndarray:
+    """(M, N) bool: the elements whose bound of NVFP4-GEMM-4 is at least ``sum_k |t_k|``, so
+    that it admits any value within that of S, of either sign: the model guarantees nothing
+    useful there (``(1 + u)^d - 1 >= 1``; an fp16 accumulator from K of about 1,420)."""
+    magnitude = np.vectorize(lambda i, j: float(case.exact.magnitude(i, j)), otypes=[float])
+    rows, cols = allowed.bound.shape
+    i, j = np.indices((rows, cols))
+    total = magnitude(i, j) if rows and cols else np.zeros((rows, cols))
+    return ~allowed.exact & (total > 0) & (allowed.bound >= total)
 
 
 def out_hex(value: float, dtype: str) -> str:

@@ -32,13 +32,16 @@ def suite_options() -> tuple[SuiteOption, ...]:
                  "stops with the reason)")),
         SuiteOption("--profile", dict(
             default=EXACT, choices=PROFILES,
-            help="exact: bit-identical to hscale.reference (default); faithful: certificate "
-                 "check with --allow allowances; format: the format clauses only, for "
-                 "implementations with their own scale rule")),
+            help="how a weight quantizer is judged: exact: bit-identical to hscale.reference "
+                 "(default); faithful: certificate check with --allow allowances; format: the "
+                 "format clauses only, for implementations with their own scale rule. The "
+                 "weight kind only: an activation quantizer is judged under the recipe it "
+                 "declares, a GEMM under its accumulation model, and naming a profile other "
+                 "than exact for a backend without the weight kind is a usage error")),
         SuiteOption("--allow", dict(
             action="append", default=[], metavar="NAME",
-            help="allowance of the faithful or format profile (repeatable): "
-                 + ", ".join(ALLOWANCES))),
+            help="allowance of the faithful or format profile, for a weight quantizer "
+                 "(repeatable): " + ", ".join(ALLOWANCES))),
         SuiteOption("--clause", dict(
             action="append", default=[], metavar="ID",
             help="run only the tests and vector cases of this docs/spec.md clause "

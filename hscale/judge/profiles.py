@@ -76,3 +76,26 @@ def check_profile(profile: str, allowances=()) -> tuple[str, frozenset]:
         raise ValueError("allowances are valid only with the faithful or format profile (the "
                          "exact profile admits no divergence)")
     return profile, frozenset(allowances)
+
+
+#: The kind the profiles and allowances judge: a weight quantizer (spec sections 1-7). An
+#: activation quantizer is judged under the recipe it declares (NVFP4-ACT-5), a GEMM under its
+#: accumulation model (NVFP4-GEMM-4): neither has a profile or an allowance.
+PROFILE_KIND = "weight"
+
+
+def check_profile_applies(profile: str, allowances, kinds_by_backend: dict) -> None:
+    """A profile other than exact, or an allowance, judges the weight kind only: a ValueError
+    in one line when a backend of the run does not declare it (``kinds_by_backend``: backend
+    id -> the kinds it declares), rather than a certificate that records a choice which did
+    nothing."""
+    if profile == EXACT and not allowances:
+        return
+    for ident, kinds in kinds_by_backend.items():
+        if PROFILE_KIND not in kinds:
+            chosen = " ".join([f"--profile {profile}"] + [f"--allow {a}" for a in allowances])
+            raise ValueError(
+                f"{chosen}: the profiles and allowances judge a weight quantizer, and backend "
+                f"{ident!r} declares {', '.join(sorted(kinds))} (an activation quantizer is "
+                "judged under the recipe it declares, a GEMM under its accumulation model); "
+                "run it without them, or in a session of its own")

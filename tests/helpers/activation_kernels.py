@@ -17,7 +17,9 @@ One per recipe of the field (NVFP4-ACT-5), each in fp32 arithmetic, one rounding
 and the slips a kernel writer makes, each one change of ``FastMath``: E2M1 ties rounded away
 from zero, the block scale cast to float8 without saturating (NaN from 464 up), the block scale
 truncated instead of rounded, the sign of a zero lost, the 128x4 swizzle's two row indices
-exchanged.
+exchanged; and, for the reciprocal's stated error (NVFP4-ACT-5), ``LowerNeighbours`` (every
+reciprocal at the other end of that error: it conforms) and ``ReciprocalOfSixTwoBelow``
+(``rcp(6)`` two ulps low: it does not).
 """
 
 from __future__ import annotations
@@ -87,6 +89,20 @@ def rcp_up(v: np.ndarray) -> np.ndarray:
                     nearest).astype(np.float32)
 
 
+def rcp_below(v: np.ndarray, k: int = 1) -> np.ndarray:
+    """The k-th fp32 value at or below 1/v (k = 1: the neighbour below, within one ulp as
+    PTX's ``rcp.approx`` is; k = 2: one fp32 value further, beyond what it states)."""
+    v = np.asarray(v, np.float32)
+    with np.errstate(divide="ignore", over="ignore"):
+        nearest = ONE / v
+        exact = 1.0 / v.astype(np.float64)
+    r = np.where(nearest.astype(np.float64) > exact, np.nextafter(nearest, np.float32(0)),
+                 nearest).astype(np.float32)
+    for _ in range(k - 1):
+        r = np.nextafter(r, np.float32(0))
+    return r
+
+
 def groups(x32: np.ndarray) -> np.ndarray:
     tokens, n = x32.shape
     return x32.reshape(tokens, n // GROUP, GROUP)
@@ -119,8 +135,12 @@ class FastMath:
     def available(self):
         return True, ""
 
+    def rcp(self, v, which: str):
+        """The approximate reciprocal of ``which`` (six, g, the output scale)."""
+        return rcp_up(v)
+
     def block_scale_bytes(self, amax, g):
-        sf = g * (amax * rcp_up(SIX))
+        sf = g * (amax * self.rcp(SIX, "six"))
         if self.truncate_scale:
             nearest = e4m3_bytes(np.minimum(sf, E4M3_TOP))
             above = e4m3_values(nearest) > sf
@@ -136,7 +156,7 @@ class FastMath:
         with np.errstate(over="ignore", invalid="ignore"):
             scale_bytes = self.block_scale_bytes(amax, g)
             s = e4m3_values(scale_bytes)
-            o = np.where(s != 0, rcp_up(s * rcp_up(g)), np.float32(0))
+            o = np.where(s != 0, self.rcp(s * self.rcp(g, "g"), "output"), np.float32(0))
             products = groups(x32) * o[:, :, None]
         codes = e2m1_codes(products.reshape(x32.shape), self.ties_away, self.keep_zero_sign)
         return SimpleNamespace(packed=pack(codes),
@@ -229,6 +249,35 @@ class WrongSwizzle(FastMath):
     swizzle_exchanged = True
 
 
+class LowerNeighbours(FastMath):
+    """Every reciprocal the fp32 value at or below the exact one: the other end of what PTX
+    states (within one ulp), so still the fast-math recipe."""
+    name = "vendor-act-lower-reciprocals"
+
+    def rcp(self, v, which):
+        return rcp_below(v)
+
+
+class ReciprocalOfSixTwoBelow(LowerNeighbours):
+    """rcp(6) the second fp32 value below 1/6, two ulps off: beyond the stated error, so a
+    block scale a few fp32 ulps above an E4M3 midpoint rounds down (NVFP4-ACT-2)."""
+    name = "vendor-act-rcp6-two-below"
+
+    def rcp(self, v, which):
+        return rcp_below(v, 2 if which == "six" else 1)
+
+
+class TiesAwayRaisingOnManyTokens(TiesAway):
+    """Two faults at once: E2M1 ties away from zero, and a ValueError on valid input of one
+    token; a generated test meets both (Hypothesis reports them as a group)."""
+    name = "vendor-act-ties-away-raising"
+
+    def quantize_activations(self, x, global_scale=None):
+        if np.shape(x)[0] == 1:
+            raise ValueError("one token")
+        return super().quantize_activations(x, global_scale)
+
+
 def declaring(kernel, recipe: str):
     """The kernel declaring another recipe than the one it implements."""
     kernel.activation_recipe = recipe
@@ -290,3 +339,15 @@ def signed_zero_lost():
 
 def wrong_swizzle():
     return WrongSwizzle()
+
+
+def lower_reciprocals():
+    return LowerNeighbours()
+
+
+def rcp6_two_below():
+    return ReciprocalOfSixTwoBelow()
+
+
+def ties_away_raising():
+    return TiesAwayRaisingOnManyTokens()

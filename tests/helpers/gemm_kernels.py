@@ -18,7 +18,9 @@ And ``fp32_blocks`` with one slip each (each declares what ``fp32_blocks`` decla
 and 4-row-block index exchanged), ``scale_read_linear`` (the swizzled buffer read as row-major),
 ``nibble_flipped`` (element 2k taken from the high nibble), ``scale_after_bf16`` (torchao's order
 while declaring the spec's), ``output_truncated`` (the output cast toward zero),
-``crossed_scales`` (A's block scales used for both operands).
+``crossed_scales`` (A's block scales used for both operands), ``scales_in_bf16_elements`` (the
+global scales folded into bfloat16 elements, torchao's weight-only way, while declaring the
+spec's placement).
 """
 
 from __future__ import annotations
@@ -101,8 +103,8 @@ class Fp32Blocks:
     def available(self):
         return True, ""
 
-    def decode(self, operand):
-        """(values of the codes, per-element scales) of an operand."""
+    def decode(self, operand, role: str = "b"):
+        """(values of the codes, per-block scales) of an operand (``role``: "a" or "b")."""
         codes = unpack(np.asarray(operand.packed), self.flipped)
         scale_bytes = unswizzle(operand.scale_bytes, operand.rows, operand.cols // GROUP,
                                 self.swizzle)
@@ -116,14 +118,18 @@ class Fp32Blocks:
             return [(x[:, k:k + GROUP] @ (b_values[:, k:k + GROUP]
                                           * b_scales[:, k // GROUP, None]).T).astype(np.float32)
                     for k in range(0, x.shape[1], GROUP)]
-        a_values, a_scales = self.decode(a)
+        a_values, a_scales = self.decode(a, "a")
         blocks = []
         for i in range(a_values.shape[1] // GROUP):
             part = slice(GROUP * i, GROUP * (i + 1))
             p = (a_values[:, part] @ b_values[:, part].T).astype(np.float32)  # exact: quarters
-            s = np.outer(a_scales[:, i], self.other_scales(a_scales, b_scales)[:, i])
+            s = self.scale_product(a_scales[:, i], self.other_scales(a_scales, b_scales)[:, i])
             blocks.append((p * s.astype(np.float32)).astype(np.float32))
         return blocks
+
+    def scale_product(self, a_scales, b_scales):
+        """sA sB of one block, (M, N): exact in fp32 (NVFP4-GEMM-3)."""
+        return np.outer(a_scales, b_scales)
 
     def other_scales(self, a_scales, b_scales):
         return b_scales
@@ -240,6 +246,75 @@ class CrossedScales(Fp32Blocks):
         return a_scales[:1].repeat(b_scales.shape[0], axis=0) if a_scales.shape[1] else b_scales
 
 
+class ScalesInBf16Elements(Fp32Blocks):
+    """torchao's weight-only way while declaring the spec's placement: every element
+    dequantized with its global scale folded in and rounded to bfloat16 (lossy), the products
+    summed in fp32 (NVFP4-GEMM-5)."""
+    name = "gemm-slip-scales-in-bf16-elements"
+
+    def gemm(self, a, b, *, out_dtype="float32"):
+        def elements(operand):
+            values, scales = self.decode(operand)
+            full = values * np.repeat(scales, GROUP, axis=1) * np.float32(operand.global_scale)
+            return full.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+        x = a.astype(np.float32) if isinstance(a, np.ndarray) else elements(a)
+        return to_output((x @ elements(b).T).astype(np.float32), out_dtype)
+
+
+# -- fp32_blocks with a slip of its scale bookkeeping (vectors/level0/gemm_bookkeeping.json) ----
+
+#: E4M3 values by byte, 0x7F (NaN) included: what a kernel reading stale bytes multiplies by.
+E4M3_WITH_NAN = np.append(E4M3, np.nan)
+
+
+class SplitKSlice0Scales(Fp32Blocks):
+    """CUTLASS #3615: K split into ``slices`` slices, every slice applying slice 0's scales."""
+    name = "gemm-slip-split-k-slice0-scales"
+    slices = 2
+
+    def decode(self, operand, role="b"):
+        values, scales = super().decode(operand, role)
+        blocks = scales.shape[1]
+        if blocks % self.slices == 0 and blocks > self.slices:
+            scales = scales[:, np.arange(blocks) % (blocks // self.slices)]
+        return values, scales
+
+
+class LaterWaveEarlierAScales(Fp32Blocks):
+    """CUTLASS #3596: the rows of each later 128-row M wave use the previous wave's A scales."""
+    name = "gemm-slip-later-wave-earlier-a-scales"
+
+    def decode(self, operand, role="b"):
+        values, scales = super().decode(operand, role)
+        if role == "a" and scales.shape[0] > 128:
+            rows = np.arange(scales.shape[0])
+            scales = scales[np.where(rows >= 128, rows - 128, rows)]
+        return values, scales
+
+
+class PaddedK(Fp32Blocks):
+    """vLLM #48898: K rounded up to a multiple of ``multiple`` (32: CUTLASS's alignment), the
+    blocks beyond K given zero codes and the scale bytes the 128x4 layout's padding holds
+    (stale memory: 0x7F is NaN)."""
+    name = "gemm-slip-padded-k32"
+    multiple = 32
+
+    def decode(self, operand, role="b"):
+        values, _ = super().decode(operand, role)
+        cols = -(-operand.cols // self.multiple) * self.multiple
+        scale_bytes = unswizzle(operand.scale_bytes, operand.rows, cols // GROUP, self.swizzle)
+        values = np.pad(values, ((0, 0), (0, cols - operand.cols)))
+        return values, E4M3_WITH_NAN[scale_bytes]
+
+
+class WholeMmaSteps(PaddedK):
+    """FlashInfer #4090: K taken in whole MMA steps of 64, a small K's missing blocks read from
+    the 128x4 layout's padding."""
+    name = "gemm-slip-whole-mma-steps"
+    multiple = 64
+
+
 def fp32_blocks():
     return Fp32Blocks()
 
@@ -278,3 +353,23 @@ def output_truncated():
 
 def crossed_scales():
     return CrossedScales()
+
+
+def scales_in_bf16_elements():
+    return ScalesInBf16Elements()
+
+
+def split_k_slice0_scales():
+    return SplitKSlice0Scales()
+
+
+def later_wave_earlier_a_scales():
+    return LaterWaveEarlierAScales()
+
+
+def padded_k32():
+    return PaddedK()
+
+
+def whole_mma_steps():
+    return WholeMmaSteps()

@@ -7,7 +7,10 @@ the installed suite from outside the repository (the runs are tests/helpers/self
 - each declaring another recipe does not conform, naming that recipe's clause;
 - each slip of the fast-math kernel (ties away from zero, no saturation, a truncated scale,
   the sign of a zero lost, a wrong swizzle) does not conform, naming its clause;
-- one adapter of two kinds (weight and activation) gets one certificate with both."""
+- one adapter of two kinds (weight and activation) gets one certificate with both;
+- a bfloat16 kernel whose reciprocals sit at the far end of the one ulp PTX states conforms,
+  and one whose rcp(6) is two ulps low does not (issue 39: it conformed, generated data being
+  2^-8 from a boundary in bfloat16)."""
 
 from __future__ import annotations
 
@@ -15,8 +18,8 @@ import json
 
 import pytest
 
-from helpers.selftest import (ACTIVATION_RECIPES, ACTIVATION_SLIPS, RECIPE_CLAUSES, certificate_of,
-                      other_recipe_factory, summary)
+from helpers.selftest import (ACTIVATION_RECIPES, ACTIVATION_SLIPS, RECIPE_CLAUSES,
+                              RECIPROCAL_BOUND, certificate_of, other_recipe_factory, summary)
 
 
 @pytest.mark.selftest
@@ -114,3 +117,22 @@ def test_one_adapter_of_two_kinds_gets_one_certificate_with_both(selftest_runs):
     assert cert["verdicts"]["input_contract"] == "no bad input was fed in this run: not judged"
     for kind in ("weight", "activation"):
         assert f"  kind {kind} (" in run.output, run.output[-3000:]
+
+
+@pytest.mark.selftest
+@pytest.mark.clause("NVFP4-ACT-5", "NVFP4-ACT-2")
+@pytest.mark.parametrize("factory", list(RECIPROCAL_BOUND))
+def test_the_reciprocal_bound_is_where_the_verdict_turns(selftest_runs, factory):
+    """bfloat16 fast-math kernels: every reciprocal the fp32 value below the exact one (at the
+    bound NVFP4-ACT-5 states) conforms; rcp(6) two fp32 values below 1/6 is refused, naming
+    NVFP4-ACT-2, by the products a few fp32 ulps from every E4M3 midpoint."""
+    backend_id, clause = RECIPROCAL_BOUND[factory]
+    run, cert = certificate_of(selftest_runs, "activation-reciprocal-bound", backend_id)
+    if clause is None:
+        assert cert["verdict"] == "conforms", f"{summary(cert)}\n{run.output[-4000:]}"
+        assert cert["kinds"]["activation"]["clauses"]["NVFP4-ACT-5"] == "pass"
+    else:
+        assert cert["verdict"] == "does not conform", summary(cert)
+        assert clause in cert["verdicts"]["clauses_broken"], summary(cert)
+        first = cert["clauses"][clause]["first_failure"]
+        assert "act-boundaries-bfloat16" in first, first

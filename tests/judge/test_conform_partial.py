@@ -17,3 +17,25 @@ def test_a_clause_selected_run_is_a_partial_certificate(numpy_one_clause_run):
     assert "HSCALE-ARGMIN-1" in cert["verdicts"]["clauses_not_judged"]
     assert "NVFP4-E2M1-1" not in cert["verdicts"]["clauses_not_judged"]
     assert "(a partial run: " in done.stdout, done.stdout[-2000:]
+
+
+def test_a_clause_asked_for_and_not_judged_exits_1(tmp_path):
+    """`hscale conform --clause NVFP4-ACT-2` on an exact-recipe kernel: every test of the clause
+    skips there (another recipe's), so nothing of it was judged: exit 1 with one line saying
+    why, never "conforms" with exit 0 (issue 39)."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers.selftest import tests_on_path
+
+    done = subprocess.run(
+        [sys.executable, "-m", "hscale", "conform", "--backend", "activation_kernels:exact",
+         "--clause", "NVFP4-ACT-2", "--certificate", str(tmp_path / "cert.json")],
+        cwd=tmp_path, env=dict(os.environ, **tests_on_path()), capture_output=True, text=True,
+        timeout=600)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    said = [line for line in done.stderr.splitlines() if "--clause NVFP4-ACT-2" in line]
+    assert len(said) == 1 and "was not judged on backend 'vendor-act-exact'" in said[0] \
+        and "declares the recipe 'exact'" in said[0], done.stderr
+    assert "Traceback" not in done.stdout + done.stderr

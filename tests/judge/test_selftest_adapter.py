@@ -42,6 +42,24 @@ def test_missing_capabilities_skip_with_a_reason(adapter_runs):
 
 
 @pytest.mark.selftest
+@pytest.mark.clause("SUITE-ADAPTER-1", "NVFP4-GS-1")
+def test_a_kernel_with_448_built_in_gets_an_exact_certificate(adapter_runs):
+    """The docs' adapter declaring ``scale_ceilings = (448.0,)`` and refusing any other C: the
+    suite never calls it with another (a case with s_g given runs at 448, C changing nothing),
+    and the exact oracle judges a case at the ceiling it ran (issue 39: NVFP4-GS-1 "expected
+    1.0 (oracle) observed 0.5714286", and errors on valid input at C = 256)."""
+    run = adapter_runs["only448"]
+    report = run.reports.get("only448")
+    assert report is not None, run.output[-3000:]
+    assert run.returncode == 0 and report["verdict"] == "conforms", (
+        f"{summary(report)}\n{run.output[-4000:]}")
+    outcomes = report["test_outcomes"]
+    assert any("test_exact_oracle" in t and o == "passed" for t, o in outcomes.items()), outcomes
+    assert any("s_g given: C changes nothing" in how for how in report["adaptations"]), \
+        report["adaptations"]
+
+
+@pytest.mark.selftest
 @pytest.mark.clause("SUITE-ADAPTER-1")
 def test_a_plain_third_party_passes_exact_when_its_numbers_are_right(adapter_runs):
     """An adapter as real libraries are: its rejections plain ValueError("bad input"), its

@@ -91,3 +91,27 @@ def test_a_run_without_backend_leaves_out_what_cannot_run_here_in_one_line(tmp_p
         assert f"{name}: {reason}" in header[0], header[0]
         assert f"[{name}" not in done.stdout and f"-{name}]" not in done.stdout, done.stdout[-3000:]
     assert "test_elements_saturate_at_six[numpy" in done.stdout, done.stdout[-3000:]
+
+
+def test_profiles_and_allowances_are_refused_on_kinds_they_do_not_judge(tmp_path):
+    """`--profile faithful --allow negative-zero` on an activation quantizer: a usage error in one
+    line naming the backend and why (issue 39: the certificate recorded them and they did
+    nothing); the options' help says they are the weight kind's."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers.selftest import tests_on_path
+
+    done = subprocess.run(
+        [sys.executable, "-m", "hscale", "conform", "--backend", "activation_kernels:fast_math",
+         "--profile", "faithful", "--allow", "negative-zero"],
+        cwd=tmp_path, env=dict(os.environ, **tests_on_path()), capture_output=True, text=True,
+        timeout=600)
+    said = (done.stdout + done.stderr).strip().splitlines()
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-2000:]
+    assert len(said) == 1 and "backend 'vendor-act-fast-math' declares activation" in said[0] \
+        and "judge a weight quantizer" in said[0], said
+    assert not (tmp_path / "reports").exists()
+    helps = {option.flag: option.settings["help"] for option in suite_options()}
+    assert "weight quantizer" in helps["--profile"] and "weight quantizer" in helps["--allow"]

@@ -19,15 +19,23 @@ pytestmark = pytest.mark.clause("SUITE-CLAUSES-1")
 def test_two_workers_counts_add_up_field_by_field():
     one = GemmTally(allowance_uses=Counter({"negative-zero": 2}), checks=3, groups=10,
                     contract=[{"clause": "NVFP4-IN-1"}], elements=64, exact=60,
-                    not_judged=Counter({"vacuous bound": 4}))
+                    not_judged=Counter({"vacuous bound": 4}), vacuous=8, vacuous_k=4096)
     two = GemmTally(allowance_uses=Counter({"negative-zero": 1, "zero-group-byte": 5}),
                     checks=1, groups=2, contract=[{"clause": "NVFP4-IN-2"}], elements=16,
-                    exact=16)
+                    exact=16, vacuous=2, vacuous_k=2048)
     add_counts(one, two)
     assert one == GemmTally(
         allowance_uses=Counter({"negative-zero": 3, "zero-group-byte": 5}), checks=4, groups=12,
         contract=[{"clause": "NVFP4-IN-1"}, {"clause": "NVFP4-IN-2"}], elements=80, exact=76,
-        not_judged=Counter({"vacuous bound": 4}))
+        not_judged=Counter({"vacuous bound": 4}), vacuous=10, vacuous_k=2048)
+
+
+def test_the_smallest_vacuous_k_is_kept_when_one_worker_saw_none():
+    """vacuous_k is the smallest K where a bound was vacuous, 0 meaning none: not a count."""
+    for mine, theirs, merged in ((0, 2048, 2048), (4096, 0, 4096), (0, 0, 0)):
+        one, two = GemmTally(vacuous_k=mine), GemmTally(vacuous_k=theirs)
+        add_counts(one, two)
+        assert one.vacuous_k == merged
 
 
 def test_a_test_reported_by_two_workers_is_refused():

@@ -164,9 +164,10 @@ def _expected() -> list[str]:
 @pytest.mark.clause("NVFP4-GEMM-5", "NVFP4-GEMM-4")
 def test_check_judges_gemm_lines_and_names_the_clause():
     lines = _expected()
-    assert len(lines) == 837 and all(len(l.split()) == 4 for l in lines)
+    # 837 elements of gemm_nvfp4 and gemm_weightonly, 512 + 5 * 130 of gemm_bookkeeping
+    assert len(lines) == 1999 and all(len(l.split()) == 4 for l in lines)
     report, errors = _check(lines)
-    assert (report, errors) == (["837 of 837 output elements of the GEMM vectors observed"], 0)
+    assert (report, errors) == (["1999 of 1999 output elements of the GEMM vectors observed"], 0)
     wrong = [l.replace(" 4441", " 4440") if l.startswith("gemm-global-scales-3x1 0 0") else
              l.replace(" 45001000", " 45000000") if l.startswith("gemm-fp32-not-fp16 0 0")
              else l for l in lines]
@@ -185,10 +186,11 @@ def test_check_judges_gemm_lines_and_names_the_clause():
     # file held, and with require_all each missing element is an error
     report, errors = _check(lines[:10])
     assert errors == 0 and any("missing from the file (not judged)" in line for line in report)
-    assert report[-1].startswith("10 of 837 output elements of the GEMM vectors observed; "), report
+    assert report[-1].startswith("10 of 1999 output elements of the GEMM vectors observed; "), \
+        report
     from hscale.vectors.gemm_files import check_lines, stored_cases
     report, errors = check_lines(list(stored_cases().values()), lines[:10], "fp32", 20, True)
-    assert errors == 827 and "827 output elements of the vectors are missing" in report[-1]
+    assert errors == 1989 and "1989 output elements of the vectors are missing" in report[-1]
 
 
 def test_a_malformed_gemm_line_is_a_line_error():
@@ -215,7 +217,7 @@ def test_the_commands_on_gemm_vectors(tmp_path):
                    cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     lines = (tmp_path / "gemm.txt").read_text().splitlines()
-    assert "gemm-order-2p24 0 0 40000000" in lines and len(lines) == 837
+    assert "gemm-order-2p24 0 0 40000000" in lines and len(lines) == 1999
     done = _hscale("vectors", "check", "--gemm-model", "fp32", "--observed", "gemm.txt",
                    cwd=tmp_path)
     assert done.returncode == 0 and "conforms to the gemm vectors of" in done.stdout, done.stdout
@@ -251,7 +253,8 @@ def test_the_committed_gemm_sets_are_what_the_reference_renders():
     cases = level0_cases(20240601)
     files = render_files(cases, 0, 20240601, json.loads(
         (LEVEL0 / "manifest.json").read_text())["spec_version"])
-    assert len(cases) == 24 and set(clause_index(cases)) == {f"NVFP4-GEMM-{k}"
+    # 24 cases of gemm_nvfp4 and gemm_weightonly, 6 of gemm_bookkeeping
+    assert len(cases) == 30 and set(clause_index(cases)) == {f"NVFP4-GEMM-{k}"
                                                              for k in range(1, 9)}
     for name, data in files.items():
         assert (LEVEL0 / name).read_bytes() == data, name

@@ -1,0 +1,43 @@
+"""A pytest plugin (``-p mutant_kernels.profile``) for the mutation harness's sessions:
+
+- the Hypothesis profile ``mutation-ci``: the suite's ``ci`` profile (200 derandomized
+  examples, the default budget of a certificate) without the shrink phase. Derandomized, the
+  examples drawn are the same with or without it, so what is detected is the same; a killed
+  mutant does not spend minutes shrinking the example that killed it;
+- once a mutant has failed a test citing the clause the session selected (``--clause``), its
+  remaining tests are skipped: it is killed, naming its clause, and the rest of its run could
+  only add to what is already decided. A failure citing another clause, or an error on valid
+  input, does not stop it.
+"""
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+
+settings.register_profile(
+    "mutation-ci", max_examples=200, derandomize=True, database=None, deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                           HealthCheck.filter_too_much, HealthCheck.function_scoped_fixture],
+    print_blob=True)
+
+#: backend ids already killed naming the session's clause
+KILLED: set = set()
+
+
+def _backend(item):
+    return getattr(getattr(item, "callspec", None), "params", {}).get("backend_id")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if _backend(item) in KILLED:
+        pytest.skip("mutation harness: killed already, naming its clause")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    clauses = item.config.getoption("clause", None) or []
+    if report.failed and any(f"[{c}]" in report.longreprtext for c in clauses):
+        KILLED.add(_backend(item))
+    return report

@@ -1,0 +1,76 @@
+"""tools/mutation_score.py, the measure of the suite's power (docs/conformance.md, "What a
+certificate means"), kept honest in the default tier: its catalogue covers every clause a
+kernel's output can break (the others are listed with why not), and a handful of its mutants
+run end to end through hscale conform: the killed are killed naming their clause, the control
+conforms. The whole sweep (545 mutants, about 1.5 hours) is the tool's own run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+
+from helpers.paths import REPO_ROOT
+
+TOOL = REPO_ROOT / "tools" / "mutation_score.py"
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("mutation_score", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_catalogue_covers_every_clause_a_kernel_can_break():
+    from hscale.judge.kinds import KINDS
+    tool = _tool()
+    MUTANTS = tool.catalogue()  # noqa: N806 - the catalogue's table
+    breaking = [m for m in MUTANTS.values() if m.breaks]
+    assert len(breaking) >= 500, len(breaking)
+    covered = {(m.kind, m.clause) for m in breaking}
+    for kind in KINDS.values():
+        for clause in kind.clauses():
+            assert (kind.name, clause) in covered or clause in tool.UNSEEN, (kind.name, clause)
+    assert not covered & {(k.name, c) for k in KINDS.values() for c in tool.UNSEEN
+                          if c in k.clauses() and c != "NVFP4-E4M3-3"}
+    for mutant in MUTANTS.values():
+        assert re.fullmatch(r"[\w.+-]+", mutant.ident), mutant.ident
+        assert mutant.breaks or mutant.why, mutant.ident  # a control says why it must pass
+    families = {}
+    for mutant in breaking:  # a family's grades are listed smallest first, each once
+        families.setdefault((mutant.clause, mutant.family, mutant.dtype), []).append(mutant)
+    assert max(len(v) for v in families.values()) >= 7
+
+
+def test_a_handful_of_mutants_end_to_end(tmp_path):
+    ids = ["a-fast-math-rcp-six-down-2-bf16", "a-fast-math-rcp-six-down-1-bf16",
+           "g-split-k-slice0-2-nvfp4-f32"]
+    results = tmp_path / "results.json"
+    done = subprocess.run([sys.executable, str(TOOL), "--ids", ",".join(ids), "--results",
+                           str(results), "--no-docs"], capture_output=True, text=True,
+                          timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    stored = json.loads(results.read_text())
+    got = stored["results"]
+    assert got[ids[0]]["verdict"] == "does not conform" and got[ids[0]]["named"], got[ids[0]]
+    assert got[ids[1]]["verdict"] == "conforms", got[ids[1]]
+    assert got[ids[2]]["verdict"] == "does not conform" and got[ids[2]]["named"], got[ids[2]]
+    assert stored["score"]["score"] == 1.0 and stored["score"]["controls_refused"] == []
+    assert "score 2/2" in done.stdout
+
+
+def test_the_report_names_every_survivor_and_refused_control():
+    tool = _tool()
+    MUTANTS = tool.catalogue()  # noqa: N806
+    chosen = [MUTANTS[i] for i in ("w-tie-flip-3-f32", "w-tie-flip-4-f32", "w-None-0-f32")]
+    results = {"w-tie-flip-3-f32": {"verdict": "does not conform", "named": True},
+               "w-tie-flip-4-f32": {"verdict": "conforms"},
+               "w-None-0-f32": {"verdict": "does not conform"}}
+    text = tool.markdown(chosen, results, {"hscale": "x", "python": "3"})
+    assert "**1 of 2** mutants that break a stated contract killed (50.0%)" in text
+    assert "- `w-tie-flip-4-f32` (NVFP4-E2M1-2," in text
+    assert "Controls refused (false refusals): `w-None-0-f32`." in text
+    assert "midpoint 3 (of midpoint 3 .. midpoint 4; 1/2)" in text
