@@ -173,8 +173,8 @@ class CompiledWalk:
         fresh = key not in self.verified
         if fresh and (not may_compile or key in self.failed):
             return None
-        fn = self.function(torch, key[:3])
         try:
+            fn = self.function(torch, key[:3])
             with (compile_cache() if fresh else contextlib.nullcontext()), tracing_config():
                 got = _call(torch, fn, args)
                 if fresh:

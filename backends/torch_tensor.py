@@ -262,21 +262,19 @@ class TensorRun:
                 self.options.method)
 
     def walk_probe(self, block):
-        """A run on ``torch_walk.probe_weight`` of the block's shape and dtype, with the block's
-        own h, for checking the fused walk where its roundings are decided by a hair."""
-        from hscale.reference import compute_global_scale
-        torch = self.torch
+        """A run on ``torch_walk.probe_weight`` of the block's shape (exact ties at its initial
+        bytes, zero groups, both ends of the ladder) with the block's own h, every seventh
+        entry zeroed, for checking the fused walk where its roundings are decided by a hair."""
         r0, r1, i0, i1 = block
-        weight = walk.probe_weight(torch, r1 - r0, GROUP * (i1 - i0), self.weight.dtype,
-                                   self.weight.device)
-        amax = float(weight.abs().max().to(torch.float64))
+        weight = walk.probe_weight(self.torch, r1 - r0, GROUP * (i1 - i0), self.weight.device)
         h = None
         if self.options.method == "hscale":
-            h = self.h[GROUP * i0:GROUP * i1].cpu().numpy()
+            h = self.h[GROUP * i0:GROUP * i1].cpu().numpy().copy()
+            h[::7] = 0.0
         elif self.options.method == "hscale-block":
             h = self.h[i0:i1].cpu().numpy()
-        s_g = compute_global_scale(amax, self.options.scale_ceiling)
-        return TensorRun(self.q, weight, h, self.options, s_g, codes=False)
+        return TensorRun(self.q, weight, h, self.options, np.float32(walk.PROBE_SCALE),
+                         codes=False)
 
     def whole_block(self):
         return (0, self.weight.shape[0], 0, self.group_cols)

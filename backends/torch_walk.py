@@ -132,8 +132,8 @@ def weighted_objectives(torch, w_t, scale, recip, h):
 
 def block_objectives(torch, w_t, scale, recip, blocks):
     """E (k, C, R) of HSCALE-BLOCK-1: ``d^T B d`` with B (C, 16, 16), in the reference's order."""
-    d = [torch.copysign(r, w_t[j]) for j, r in
-         enumerate(residuals(torch, w_t, scale, recip))]  # w_j - v_j s (docstring)
+    d = [r * torch.copysign(torch.ones_like(w_t[j]), w_t[j]) for j, r in
+         enumerate(residuals(torch, w_t, scale, recip))]  # w_j - v_j s (docstring), exact
     e = []
     for j in range(GROUP):
         row = [blocks[:, j, k].unsqueeze(1) * d[k] for k in range(GROUP)]  # a_jk = B_jk d_k
@@ -196,31 +196,35 @@ def make_walk(block_objective: bool, four_over_six: bool, name: str):
     return fused_walk
 
 
-PROBE_POINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 7.0,
-                0.0)  # the E2M1 midpoints (ties), grid points, a saturating 7 and 0
-PROBE_MANTISSAS = (1.0, 1.125, 1.25, 1.375, 1.5, 1.625, 1.75, 1.875)
+PROBE_SCALE = 2.0 ** -4  # the probe's s_g: a power of two, so that every product is exact
+# After the group's maximum (6, which puts the initial byte exactly on the group's byte): the
+# E2M1 midpoints (ties at that byte), grid points, -0.0, and 0.
+PROBE_POINTS = (0.25, -0.75, 1.25, -1.75, 2.5, -3.5, 5.0, -0.5, 1.0, -1.5, 2.0, -3.0, 4.0,
+                -0.0, 0.0)
 
 
-def probe_weight(torch, rows: int, cols: int, dtype, device):
-    """A (rows, cols) weight where a contracted, reordered or mis-rounded operation would show:
-    each group ``points * sign * m * 2^e`` (exact in every float dtype) with the E2M1 midpoints,
-    grid points, a saturating 7, 0 and -0.0, one group in three nudged one ulp up and one in
-    three one ulp down (on the integer view: any float dtype); group scales spread over 2^22 so
-    that the window is clipped at both ends of the ladder (0x01 and 0x7E); every fifth group
-    zero (-0.0 in every other one)."""
+def probe_weight(torch, rows: int, cols: int, device):
+    """A float32 (rows, cols) weight, at s_g = ``PROBE_SCALE``, where a mis-rounded, contracted
+    or reordered operation would show: group g's maximum is ``6 L(b) s_g`` for a byte b that
+    runs over the whole ladder (so the initial byte is b exactly, and the window is clipped at
+    0x01 and 0x7E), the other elements are the E2M1 midpoints (exact ties at b), grid points and
+    -0.0 times ``L(b) s_g``, one group in three with those elements one ulp up and one in three
+    one ulp down; every fifth group is a zero group (-0.0 in every other one) and every
+    seventh lies below the ladder (initial byte 0x01 from a quotient that rounds to 0). Every
+    value has at most 7 significant bits: exact in float32."""
+    from hscale.reference import SCALE_BYTE_VALUES
     groups = rows * cols // GROUP
     index = torch.arange(groups, device=device)
-    points = torch.tensor(PROBE_POINTS, dtype=torch.float64, device=device)
-    signs = torch.tensor([1.0, -1.0] * 8, dtype=torch.float64, device=device)
-    mantissa = torch.tensor(PROBE_MANTISSAS, dtype=torch.float64, device=device)[index % 8]
-    scale = mantissa * torch.pow(2.0, (index % 23 - 11).to(torch.float64))
-    w = ((points * signs).unsqueeze(0) * scale.unsqueeze(1)).to(dtype)  # exact
-    w[:, 15] = -0.0
-    bits = w.view({torch.float32: torch.int32, torch.float64: torch.int64}.get(dtype,
-                                                                              torch.int16))
+    ladder = torch.from_numpy(SCALE_BYTE_VALUES).to(device)
+    byte = LADDER_FIRST_BYTE + (index * 37) % LADDER_LAST_BYTE  # every byte 0x01..0x7E
+    unit = ladder[byte] * PROBE_SCALE
+    unit = torch.where(index % 7 == 6, ladder[LADDER_FIRST_BYTE] * PROBE_SCALE / 8.0, unit)
+    points = torch.tensor((6.0,) + PROBE_POINTS, dtype=torch.float64, device=device)
+    w = (points.unsqueeze(0) * unit.unsqueeze(1)).to(torch.float32)  # exact
+    bits = w.view(torch.int32)
     step = torch.where(index % 3 == 1, 1, torch.where(index % 3 == 2, -1, 0)).unsqueeze(1)
-    bits = torch.where(w != 0, bits + step.to(bits.dtype), bits)  # never across zero
-    w = bits.view(dtype).clone()
+    step = step * (torch.arange(GROUP, device=device) > 0)  # the maximum stays exact
+    w = torch.where(w != 0, bits + step.to(torch.int32), bits).view(torch.float32).clone()
     zero = index % 5 == 4
-    w[zero] = torch.where((index[zero] % 10 == 9).unsqueeze(1), -0.0, 0.0).to(dtype)
+    w[zero] = torch.where((index[zero] % 10 == 9).unsqueeze(1), -0.0, 0.0)
     return w.view(rows, cols)
