@@ -53,7 +53,7 @@ from . import torch_walk
 # COMPILE_BLOCK_GROUPS groups (whole rows): large enough that the host's few hundred
 # microseconds per call do not count, small enough that a block's float64 copy and its
 # candidates' scales stay near the caches of a small machine.
-COMPILE_MIN_GROUPS = 1 << 14
+COMPILE_MIN_GROUPS = 1 << 12
 COMPILE_BLOCK_GROUPS = 1 << 14
 ENV_SWITCH = "HSCALE_TORCH_COMPILE"
 ENV_CACHE = "HSCALE_CACHE_DIR"
@@ -64,11 +64,11 @@ _WARNED = set()
 def fused_cache_dir(torch_version: str | None = None) -> Path | None:
     """Where inductor keeps the fused walk's compilation: ``$HSCALE_CACHE_DIR`` (else
     ``$XDG_CACHE_HOME/hscale``, else ``~/.cache/hscale``) / ``inductor`` / ``torch-<version>``;
-    None when the user set ``TORCHINDUCTOR_CACHE_DIR`` and not ``HSCALE_CACHE_DIR`` (theirs is
-    used)."""
+    None when the user set ``TORCHINDUCTOR_CACHE_DIR`` (to anything but inductor's default) and
+    not ``HSCALE_CACHE_DIR``: theirs is used."""
     root = os.environ.get(ENV_CACHE)
     if not root:
-        if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        if _users_inductor_dir():
             return None
         xdg = os.environ.get("XDG_CACHE_HOME")
         root = os.path.join(xdg, "hscale") if xdg else os.path.join(Path.home(), ".cache",
@@ -77,6 +77,17 @@ def fused_cache_dir(torch_version: str | None = None) -> Path | None:
         import torch
         torch_version = torch.__version__
     return Path(root) / "inductor" / ("torch-" + re.sub(r"[^A-Za-z0-9._+-]", "_", torch_version))
+
+
+def _users_inductor_dir() -> bool:
+    """Whether ``TORCHINDUCTOR_CACHE_DIR`` names a directory of the user's: inductor itself
+    sets it to its default (``/tmp/torchinductor_<user>``) the first time it looks a cache up,
+    so that value does not count."""
+    value = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not value:
+        return False
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    return os.path.abspath(value) != os.path.abspath(default_cache_dir())
 
 
 @contextlib.contextmanager

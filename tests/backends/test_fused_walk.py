@@ -189,7 +189,8 @@ def test_compiled_kernels_have_no_fused_multiply_add(fused):
     w, h, blocks = hard_layer()
     fused.quantize(w, h)
     fused.quantize(w, blocks, method="hscale-block")
-    directory = torch_compile.fused_cache_dir() or os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    from pathlib import Path
+    directory = torch_compile.fused_cache_dir() or Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
     kernels = [str(p) for p in directory.rglob("*.so") if b"cpp_fused" in p.read_bytes()]
     assert kernels, f"no compiled walk kernel under {directory}"
     for path in kernels:
@@ -241,6 +242,27 @@ def test_a_second_process_loads_the_compilation_from_the_disk_cache(fused, tmp_p
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["off"] is None and seen["verified"] >= 1, seen
     assert seen["miss"] == 0 and seen["hit"] >= 1, seen
+
+
+def test_the_cache_directory_is_the_kits_and_keyed_by_torch_version(monkeypatch, tmp_path):
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    for name in ("HSCALE_CACHE_DIR", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    home = torch_compile.fused_cache_dir("2.13.0+cpu")
+    assert home == tmp_path / ".cache" / "hscale" / "inductor" / "torch-2.13.0+cpu"
+    assert torch_compile.fused_cache_dir("2.14.0") != home  # an upgrade compiles afresh
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())  # inductor's own
+    assert torch_compile.fused_cache_dir("2.13.0+cpu") == home
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert torch_compile.fused_cache_dir("x") == tmp_path / "xdg" / "hscale" / "inductor" / "torch-x"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))  # the user's
+    assert torch_compile.fused_cache_dir("x") is None
+    monkeypatch.setenv("HSCALE_CACHE_DIR", str(tmp_path / "kit"))  # the override wins
+    assert torch_compile.fused_cache_dir("x") == tmp_path / "kit" / "inductor" / "torch-x"
+    with torch_compile.compile_cache() as directory:
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(directory) and directory.is_dir()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")  # restored
 
 
 # -- the guards -----------------------------------------------------------------------------------
