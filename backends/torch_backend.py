@@ -56,6 +56,7 @@ GROUP = kernels.GROUP
 # machine; a GPU wants far larger launches.
 CPU_CHUNK_GROUPS = 2048
 CUDA_CHUNK_GROUPS = 1 << 17
+MIN_WALK_BLOCK_GROUPS = 1024  # a fused walk's block: below this the call's overhead shows
 
 
 def _import_torch():
@@ -203,7 +204,11 @@ class TorchQuantizer(Quantizer):
         asked for (CUDA), in blocks of about ``COMPILE_BLOCK_GROUPS`` groups on the CPU."""
         self.use_compile = self.backend.fused.wanted(groups)
         if self.use_compile and self.device.type == "cpu":
-            self.block_groups = COMPILE_BLOCK_GROUPS
+            # at least two blocks per worker thread, so that a small layer uses every core
+            # and a busy core does not hold the others up at the end
+            workers = max(1, self.torch.get_num_threads())
+            self.block_groups = min(COMPILE_BLOCK_GROUPS,
+                                    max(MIN_WALK_BLOCK_GROUPS, -(-groups // (2 * workers))))
         return self
 
     # -- the whole tensor (torch_tensor) -------------------------------------------------------
@@ -263,33 +268,29 @@ class TorchQuantizer(Quantizer):
     def tensor_global_scale(self, tensor, options) -> np.float32:
         return compute_global_scale(self.tensor_amax(tensor), options.scale_ceiling)
 
-    def map_blocks(self, function, blocks) -> None:
+    def map_blocks(self, function, blocks, first=()) -> None:
         """Blocks on worker threads (CPU), each running single-threaded torch ops, from a shared
-        queue; on CUDA in this thread. The process-wide intra-op thread count is restored."""
+        queue; on CUDA in this thread. ``first``: blocks to run before the others, in this
+        thread (the fused walk's new block shapes, which compile and are checked here and which
+        the workers then only call). The process-wide intra-op thread count is restored."""
         torch = self.torch
         workers = torch.get_num_threads() if self.device.type == "cpu" else 1
+        saved = torch.get_num_threads()
         with inductor_config(self.device.type) if self.use_compile else _nothing():
-            if workers <= 1 or len(blocks) <= 1:
-                for block in blocks:
-                    function(block)
-                return
-            saved = torch.get_num_threads()
-            if self.use_compile:
-                # The first block here: it compiles and checks the fused walk for the block
-                # shape, which the worker threads then only call. On one thread, as theirs: the
-                # thread count is part of what a compiled graph is guarded by, and a worker
-                # meeting another count recompiled, past dynamo's limit of 8 graphs, then ran
-                # eagerly with a warning per block. (A later block of another shape is checked
-                # on the worker's first meeting it only if the main thread met it first: else
-                # it runs eagerly, the same bits.)
-                torch.set_num_threads(1)
-                try:
-                    function(blocks[0])
-                finally:
-                    torch.set_num_threads(saved)
-                blocks = blocks[1:]
-            from concurrent.futures import ThreadPoolExecutor
             try:
+                if self.use_compile and self.device.type == "cpu":
+                    # One thread here, as in the workers: the thread count is part of what a
+                    # compiled graph is guarded by, and a worker meeting another count
+                    # recompiled, past dynamo's limit of 8 graphs, then ran eagerly with a
+                    # warning per block.
+                    torch.set_num_threads(1)
+                for block in first:
+                    function(block)
+                if workers <= 1 or len(blocks) <= 1:
+                    for block in blocks:
+                        function(block)
+                    return
+                from concurrent.futures import ThreadPoolExecutor
                 with ThreadPoolExecutor(max_workers=workers,
                                         initializer=lambda: torch.set_num_threads(1)) as pool:
                     for future in [pool.submit(function, b) for b in blocks]:

@@ -111,9 +111,18 @@ class TensorRun:
         if self.options.method == "rtn" and self.q.device.type == "cuda":
             # no window: the blocks are launch-bound, not memory-bound (docs/performance.md)
             block_groups *= CUDA_RTN_BLOCK_FACTOR
-        self.q.map_blocks(self.run_block, walk_blocks(rows, self.group_cols, block_groups)
-                          if self.q.use_compile else plan_blocks(rows, self.group_cols,
-                                                                 block_groups))
+        if not self.q.use_compile:
+            self.q.map_blocks(self.run_block, plan_blocks(rows, self.group_cols, block_groups))
+        else:
+            blocks = walk_blocks(rows, self.group_cols, block_groups)
+            first, fresh = [], set()  # the first block of each shape not yet checked
+            verified = self.q.backend.fused.walk.verified
+            for block in blocks:
+                key = self.block_key(block)
+                if key not in verified and key not in fresh:
+                    fresh.add(key)
+                    first.append(block)
+            self.q.map_blocks(self.run_block, [b for b in blocks if b not in first], first)
         return DeviceResult(self.packed, self.chosen, self.initial, self.codes, self.s_g,
                             self.options)
 
@@ -254,11 +263,20 @@ class TensorRun:
         return (w.to(torch.float32), h) + self.tables
 
     def walk_key(self, args):
-        """(block objective, 4over6, device, rows, groups per row, window, dtype): the first
-        three name the compiled function, the whole key one verification."""
+        """(block objective, 4over6, device, rows, groups per row, window, dtype, method): the
+        first three name the compiled function, the whole key one verification."""
         w = args[0]
         return (self.options.method == "hscale-block", self.options.init == "4over6",
                 w.device.type, w.shape[0], w.shape[1], args[4].shape[0], self.weight.dtype,
+                self.options.method)
+
+    def block_key(self, block):
+        """``walk_key`` of a block, from its extent alone."""
+        r0, r1, i0, i1 = block
+        k = 2 if self.options.method == "rtn" else len(priority_order(self.options.K,
+                                                                          self.options.U))
+        return (self.options.method == "hscale-block", self.options.init == "4over6",
+                self.weight.device.type, r1 - r0, i1 - i0, max(k, 2), self.weight.dtype,
                 self.options.method)
 
     def walk_probe(self, block):

@@ -128,6 +128,23 @@ class _EveryVariant(dict):
         return self.fn
 
 
+def test_block_keys_name_the_shapes_the_walk_is_called_with():
+    """``TensorRun.block_key`` (which blocks run first, on the main thread) equals the key of
+    the arguments the walk gets, for every method and a window of one."""
+    from hscale.backends.torch_backend import TorchQuantizer
+    from hscale.reference.quantize import Options
+    from hscale.backends.torch_tensor import TensorRun
+    w, h, blocks = hard_layer()
+    quantizer = TorchQuantizer(TorchBackend("cpu"))
+    for method in METHODS:
+        for K, U in ((16, 6), (1, 0)):
+            run = TensorRun(quantizer, torch.from_numpy(w), second_argument(method, h, blocks)
+                            if method in ("hscale", "hscale-block") else None,
+                            Options(method, "maxabs", K, U), S_G, codes=False)
+            for block in walk_blocks(12, 8, 32):
+                assert run.block_key(block) == run.walk_key(run.walk_args(block))
+
+
 def test_walk_blocks_cover_the_rows_without_single_row_blocks():
     for rows, groups, block in [(4096, 256, 16384), (576, 36, 16384), (577, 36, 256),
                                 (3, 36, 36), (5, 8, 8), (1, 8, 8), (7, 40000, 16384)]:
