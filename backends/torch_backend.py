@@ -14,9 +14,8 @@ themselves (GPTQ's ``group_quantizer``, the report's ``layer_quantizer``):
 - ``load_groups``: the block stays in the weight's own dtype (no float64 copy on the host);
 - ``group_maxima``: ``torch.aminmax`` per group;
 - ``candidate_objectives`` (the 4over6 pair) and ``search`` (the window): every candidate's
-  objective of every group at once, by the kernels of ``torch_kernels`` (eager, or fused by
-  ``torch.compile``, see ``torch_compile``), whose exactness arguments sit beside them; the
-  search takes the first minimum on the device;
+  objective of every group at once, by the eager kernels of ``torch_kernels``, whose exactness
+  arguments sit beside them; the search takes the first minimum on the device;
 - ``encode``: the final element codes, by the same kernels;
 - ``map_blocks``: blocks of rows on ``torch.get_num_threads()`` worker threads.
 
@@ -24,8 +23,10 @@ Speed (CPU). Each block goes to one of the Python worker threads; each thread ru
 single-threaded. Per-op parallelism (torch's intra-op OpenMP) was slower here: a block is dozens
 of small ops, each paying a fork/join and waiting for the slowest core, which is ruinous when
 another process holds a core; whole blocks from a shared queue are not. Large layers (at least
-``torch_compile.COMPILE_MIN_GROUPS`` groups) use the fused kernels, blocks padded to one shape;
-the first call compiles (tens of seconds; inductor caches on disk for later processes).
+``torch_compile.COMPILE_MIN_GROUPS`` groups) go through the fused walk (``torch_walk``: the
+whole pipeline of a block in one compiled graph, rows and groups per row dynamic); the first
+call on a machine compiles (a minute or two), later processes load it from the disk cache
+(``torch_compile.fused_cache_dir``) and trace it (seconds).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ GROUP = kernels.GROUP
 # machine; a GPU wants far larger launches.
 CPU_CHUNK_GROUPS = 2048
 CUDA_CHUNK_GROUPS = 1 << 17
+MIN_WALK_BLOCK_GROUPS = 1024  # a fused walk's block: below this the call's overhead shows
 
 
 def _import_torch():
@@ -83,9 +85,10 @@ class TorchBackend:
         self.name = "torch-cuda" if self.device_kind == "cuda" else "torch"
         self.chunk_groups = chunk_groups or (CUDA_CHUNK_GROUPS if self.device_kind == "cuda"
                                              else CPU_CHUNK_GROUPS)
-        # None: the fused kernels for large layers on the CPU; False: never; True: any layer
+        # None: the fused walk for large layers on the CPU; False: never; True: any layer
         # (on CUDA only when asked for: inductor's Triton kernels, checked as on the CPU).
-        self.fused = FusedPath(compile if self.device_kind == "cpu" else bool(compile))
+        self.fused = FusedPath(compile if self.device_kind == "cpu" else bool(compile),
+                               self.device_kind)
 
     @property
     def version(self) -> str:
@@ -133,10 +136,9 @@ class TorchBackend:
         return TorchQuantizer(self).quantize_on_device(weight, hessian_diag, **options)
 
     def layer_quantizer(self, groups: int):
-        """The reference's steps in torch, set up for a layer of ``groups`` groups as
-        ``quantize`` sets itself up (the fused kernels on a large layer, blocks on worker
-        threads): for a caller that runs the steps itself, such as the quantization report's
-        errors (``hscale.evaluation.quality.rounding_quality``)."""
+        """The reference's steps in torch (the eager kernels), blocks on worker threads, for a
+        layer of ``groups`` groups: for a caller that runs the steps itself, such as the
+        quantization report's errors (``hscale.evaluation.quality.rounding_quality``)."""
         self.require_available()
         return TorchQuantizer(self).fit(groups)
 
@@ -198,13 +200,15 @@ class TorchQuantizer(Quantizer):
         return checked
 
     def fit(self, groups: int) -> "TorchQuantizer":
-        """The fused kernels for a layer of ``groups`` groups where they pay (CPU, large) or
-        where asked for (CUDA)."""
+        """The fused walk for a layer of ``groups`` groups where it pays (CPU, large) or where
+        asked for (CUDA), in blocks of about ``COMPILE_BLOCK_GROUPS`` groups on the CPU."""
         self.use_compile = self.backend.fused.wanted(groups)
-        if self.use_compile:
-            # one compiled shape per layer: the CPU's cache-sized blocks, CUDA's large ones
-            self.block_groups = (COMPILE_BLOCK_GROUPS if self.device.type == "cpu"
-                                 else self.backend.chunk_groups)
+        if self.use_compile and self.device.type == "cpu":
+            # at least two blocks per worker thread, so that a small layer uses every core
+            # and a busy core does not hold the others up at the end
+            workers = max(1, self.torch.get_num_threads())
+            self.block_groups = min(COMPILE_BLOCK_GROUPS,
+                                    max(MIN_WALK_BLOCK_GROUPS, -(-groups // (2 * workers))))
         return self
 
     # -- the whole tensor (torch_tensor) -------------------------------------------------------
@@ -264,31 +268,29 @@ class TorchQuantizer(Quantizer):
     def tensor_global_scale(self, tensor, options) -> np.float32:
         return compute_global_scale(self.tensor_amax(tensor), options.scale_ceiling)
 
-    def map_blocks(self, function, blocks) -> None:
+    def map_blocks(self, function, blocks, first=()) -> None:
         """Blocks on worker threads (CPU), each running single-threaded torch ops, from a shared
-        queue; on CUDA in this thread. The process-wide intra-op thread count is restored."""
+        queue; on CUDA in this thread. ``first``: blocks to run before the others, in this
+        thread (the fused walk's new block shapes, which compile and are checked here and which
+        the workers then only call). The process-wide intra-op thread count is restored."""
         torch = self.torch
         workers = torch.get_num_threads() if self.device.type == "cpu" else 1
+        saved = torch.get_num_threads()
         with inductor_config(self.device.type) if self.use_compile else _nothing():
-            if workers <= 1 or len(blocks) <= 1:
-                for block in blocks:
-                    function(block)
-                return
-            saved = torch.get_num_threads()
-            if self.use_compile:
-                # The first block here: it compiles and checks the fused kernels for the block
-                # shape, which the worker threads then only call. On one thread, as theirs: the
-                # thread count is part of what a compiled graph is guarded by, and a worker
-                # meeting another count recompiled, past dynamo's limit of 8 graphs, then ran
-                # eagerly with a warning per block.
-                torch.set_num_threads(1)
-                try:
-                    function(blocks[0])
-                finally:
-                    torch.set_num_threads(saved)
-                blocks = blocks[1:]
-            from concurrent.futures import ThreadPoolExecutor
             try:
+                if self.use_compile and self.device.type == "cpu":
+                    # One thread here, as in the workers: the thread count is part of what a
+                    # compiled graph is guarded by, and a worker meeting another count
+                    # recompiled, past dynamo's limit of 8 graphs, then ran eagerly with a
+                    # warning per block.
+                    torch.set_num_threads(1)
+                for block in first:
+                    function(block)
+                if workers <= 1 or len(blocks) <= 1:
+                    for block in blocks:
+                        function(block)
+                    return
+                from concurrent.futures import ThreadPoolExecutor
                 with ThreadPoolExecutor(max_workers=workers,
                                         initializer=lambda: torch.set_num_threads(1)) as pool:
                     for future in [pool.submit(function, b) for b in blocks]:
@@ -324,8 +326,7 @@ class TorchQuantizer(Quantizer):
     def candidate_objectives_weighted(self, groups, weightings, candidates, s_g) -> list:
         """The objectives under each weighting from one rounding of the candidates
         (``kernels.eager_objectives_weighted``): the report's errors score two candidates with
-        h and with h = 1, and the rounding is most of each call. Eager for every weight: the
-        fused kernel's results equal the eager ones bit for bit (``torch_compile``)."""
+        h and with h = 1, and the rounding is most of each call."""
         w, scale = self._candidate_scales(groups, candidates, s_g)
         errors = kernels.eager_objectives_weighted(
             self.torch, self._abs_t(w, groups), scale,
@@ -368,10 +369,7 @@ class TorchQuantizer(Quantizer):
         w = self._tensor(groups)
         s = kernels.as_tensor(torch, np.broadcast_to(scale, np.shape(groups)[:-1] + (1,))
                               .reshape(-1).astype(np.float64)).to(self.device)
-        if self.use_compile:
-            codes = self._fused_encode(w, s)
-        else:
-            codes = kernels.eager_encode(torch, w, s, self._buffers())
+        codes = kernels.eager_encode(torch, w, s, self._buffers())
         return codes.to(torch.uint8).cpu().numpy().reshape(np.shape(groups))
 
     def block_objective(self, groups, blocks, codes, scale) -> np.ndarray:
@@ -386,12 +384,9 @@ class TorchQuantizer(Quantizer):
 
     # -- helpers -------------------------------------------------------------------------------
     def _objectives(self, w, groups, scale, h_t):
-        """E (G, k): fused or eager kernels for weights of at most 24 significant bits (every
-        dtype a user's weight may have); the eager kernel's ``wide`` form for GPTQ's
-        error-compensated float64 weights (``group_quantizer``), which have 53."""
+        """E (G, k) by the eager kernel; its ``wide`` form for GPTQ's error-compensated float64
+        weights (``group_quantizer``), which have 53 significant bits, not 24."""
         wide = w.dtype == self.torch.float64
-        if self.use_compile and not wide:
-            return self._fused_objectives(w, scale, h_t)
         return kernels.eager_objectives(self.torch, self._abs_t(w, groups), scale, h_t,
                                         self._buffers(), wide=wide)
 
@@ -445,37 +440,6 @@ class TorchQuantizer(Quantizer):
             return entry[1]
         full = np.broadcast_to(h, np.shape(groups)).reshape(G, GROUP)
         return kernels.as_tensor(torch, full.T).to(self.device)
-
-    def _fused_objectives(self, w, scale, h_t):
-        """The compiled objective, blocks padded to the layer's one shape with zero groups."""
-        torch = self.torch
-        G, k = scale.shape
-        pad = self.block_groups - G
-        if pad > 0:
-            w = torch.cat((w, w.new_zeros(pad, GROUP)))
-            scale = torch.cat((scale, scale[:1].expand(pad, k)), dim=0)
-            if h_t is not None:
-                h_t = torch.cat((h_t, h_t.new_zeros(GROUP, pad)), dim=1)
-        args = (w.contiguous(), scale.contiguous(), None if h_t is None else h_t.contiguous())
-
-        def eager(w_, scale_, h_):
-            return kernels.eager_objectives(torch, w_.to(torch.float64).abs().t(), scale_, h_,
-                                            self._buffers())
-        return self.backend.fused.objective(torch, args, eager, self._may_compile())[:G]
-
-    def _fused_encode(self, w, scale):
-        torch = self.torch
-        G = w.shape[0]
-        pad = self.block_groups - G
-        if pad > 0:
-            w = torch.cat((w, w.new_zeros(pad, GROUP)))
-            scale = torch.cat((scale, scale.new_ones(pad)))
-
-        def eager(w_, scale_):
-            return kernels.eager_encode(torch, w_, scale_, self._buffers())
-        codes = self.backend.fused.encode(torch, (w.contiguous(), scale), eager,
-                                          self._may_compile())
-        return codes[:G]
 
     def _may_compile(self) -> bool:
         return threading.get_ident() == self.main_thread

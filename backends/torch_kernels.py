@@ -1,8 +1,8 @@
 """The hot steps of quantization in torch, float64, bit-identical to ``hscale.reference``:
 the objective of every group at every candidate scale (HSCALE-OBJ-1 with the E2M1 rounding of
-NVFP4-E2M1-2 inside), and the final element encoding (NVFP4-E2M1-2, -3). Each exists twice:
-eager (in-place ops on reusable buffers) and as a pure function of torch ops ("graph") that
-``torch_compile.CompiledKernel`` fuses into one loop. Nothing here imports torch at module load.
+NVFP4-E2M1-2 inside), and the final element encoding (NVFP4-E2M1-2, -3), as eager in-place ops
+on reusable buffers; ``torch_walk`` is the same arithmetic as one pure function of a whole block
+for ``torch.compile``. Nothing here imports torch at module load.
 
 Exactness, all in float64:
 
@@ -181,79 +181,6 @@ def eager_encode(torch, w, scale, buffers: Buffers):
     # NVFP4-E2M1-3: bit 3 is the sign bit of w (-0.0 too): the integer view is negative.
     negative = torch.lt(w.view(signed_dtype(torch, w.dtype)), 0).view(torch.uint8)
     return codes.bitwise_or_(negative.mul_(8))
-
-
-def objective_graph(w, scale, h):
-    """The objective as one pure function of torch ops, for ``torch.compile`` to fuse into a
-    single loop: E (G, k) of the groups ``w`` (G, 16, own dtype) at the scales ``scale``
-    (G, k), weighted by ``h`` (16, G) or unweighted (None). The same operations in the same
-    order as ``eager_objectives`` (there ``addcmul`` and ``add_(alpha=2^51)``, here the exact
-    products written out), so the same bits; ``CompiledKernel`` checks that on every new shape
-    before trusting it."""
-    import torch
-    aw = w.to(torch.float64).abs()  # (G, 16), exact
-    terms = []
-    for j in range(GROUP):  # written out per element: inductor fuses all 16 into one loop
-        a = aw[:, j:j + 1]  # (G, 1)
-        x = torch.clamp_max(a / scale, 6.0)
-        c = torch.clamp_min(x, 1.0) * MAGIC  # exact
-        q = (x + c) - c
-        d = a - q * scale  # q*s exact
-        e = d * d
-        if h is not None:
-            e = e * h[j].unsqueeze(1)
-        terms.append(e)
-    while len(terms) > 1:  # ((e0 + e1) + (e2 + e3)) + ...
-        terms = [terms[i] + terms[i + 1] for i in range(0, len(terms), 2)]
-    return terms[0]
-
-
-def encode_graph(w, scale):
-    """E2M1 codes (G, 16), as int32, of the groups ``w`` (G, 16, own dtype) at ``scale`` (G,):
-    the same operations as ``eager_encode`` (sign bit from ``signbit``, -0.0 too)."""
-    import torch
-    x = torch.clamp_max(w.to(torch.float64).abs() / scale.unsqueeze(1), 6.0)
-    c = torch.clamp_min(x, 1.0) * MAGIC  # exact
-    q = (x + c) - c
-    magnitude = torch.clamp_max(q, 2.0) + torch.clamp_max(q, 5.0)
-    # int32 rather than uint8: inductor vectorises this conversion far better.
-    return torch.where(torch.signbit(w), magnitude + 8.0, magnitude).to(torch.int32)
-
-
-def probe_groups(torch, like, G):
-    """(w, scale): G groups (G, 16) in the dtype of ``like`` on exact E2M1 ties, grid points, 0,
-    -0.0 and a saturating 7 times a per-group scale (G,) with few significant bits (so the
-    products are exact in that dtype); every third group nudged one ulp up, every third one
-    down (on the integer view, which works for every float dtype). The inputs where a
-    contracted or reordered rounding would show."""
-    device = like.device
-    points = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.5, 1.0, 1.5, 2.0, 3.0,
-                           4.0, 7.0, 0.0], dtype=torch.float64, device=device)
-    signs = torch.tensor([1.0, -1.0] * 8, dtype=torch.float64, device=device)
-    index = torch.arange(G, device=device)
-    mantissa = torch.tensor([1.0, 1.125, 1.25, 1.375, 1.5, 1.625, 1.75, 1.875],
-                            dtype=torch.float64, device=device)
-    scale = mantissa[index % 8] * torch.pow(2.0, (index % 7 - 3).to(torch.float64))
-    w = ((points * signs).unsqueeze(0) * scale.unsqueeze(1)).to(like.dtype)  # exact
-    w[:, 15] = -0.0
-    bits = w.view(signed_dtype(torch, like.dtype))
-    step = torch.where(index % 3 == 1, 1, torch.where(index % 3 == 2, -1, 0)).unsqueeze(1)
-    nonzero = w != 0  # nudge magnitudes away from / towards zero, never across it
-    bits = torch.where(nonzero, bits + step.to(bits.dtype), bits)
-    return bits.view(like.dtype).contiguous(), scale
-
-
-def objective_probe(torch, args):
-    w, scale, h = args
-    G, k = scale.shape
-    pw, ps = probe_groups(torch, w, G)
-    ratios = torch.pow(2.0, (torch.arange(k, device=w.device) % 5 - 2).to(torch.float64))
-    return pw, (ps.unsqueeze(1) * ratios.unsqueeze(0)).contiguous(), h
-
-
-def encode_probe(torch, args):
-    w, scale = args
-    return probe_groups(torch, w, w.shape[0])
 
 
 def block_objectives(torch, w, values, scale, blocks):

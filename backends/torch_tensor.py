@@ -41,9 +41,11 @@ from hscale.reference.constants import LADDER_FIRST_BYTE, LADDER_LAST_BYTE
 from hscale.reference.e4m3 import SMALLEST_NORMAL
 from hscale.reference.initial_scale import FOUR_OVER_SIX_TOPS, TOP_MAGNITUDE
 from hscale.reference.quantize import Options, plan_blocks
+from hscale.reference.search import priority_order
 from hscale.reference.zero_groups import ZERO_GROUP_BYTE
 
 from . import torch_kernels as kernels
+from . import torch_walk as walk
 
 GROUP = kernels.GROUP
 # rtn on CUDA: 4x the blocks of a search (524288 groups), 2.7x faster on an H200 at 8192^2
@@ -70,7 +72,10 @@ def range_bytes(torch, amax, s_g, top: float):
 
 class TensorRun:
     """One quantization of a weight tensor (m, n) on the quantizer's device: ``run()`` fills
-    the result tensors block by block (``quantizer.map_blocks``: worker threads on the CPU)."""
+    the result tensors block by block (``quantizer.map_blocks``: worker threads on the CPU),
+    each block through the fused walk (``torch_walk``, compiled and checked by
+    ``torch_compile.CompiledWalk``) where the quantizer uses it, else through the eager steps
+    below."""
 
     def __init__(self, quantizer, weight, h, options: Options, s_g, codes: bool = True):
         torch = self.torch = quantizer.torch
@@ -92,6 +97,7 @@ class TensorRun:
         self.codes = (torch.empty((rows, cols), dtype=torch.uint8, device=device) if codes
                       else None)
         self.h_columns_cache = {}
+        self.tables = None  # the fused walk's inputs that every block shares (walk_args)
 
     def run(self):
         """Every block through the steps; the result as the cupy backend's ``DeviceResult``."""
@@ -105,12 +111,53 @@ class TensorRun:
         if self.options.method == "rtn" and self.q.device.type == "cuda":
             # no window: the blocks are launch-bound, not memory-bound (docs/performance.md)
             block_groups *= CUDA_RTN_BLOCK_FACTOR
-        self.q.map_blocks(self.run_block, plan_blocks(rows, self.group_cols, block_groups))
+        if not self.q.use_compile:
+            self.q.map_blocks(self.run_block, plan_blocks(rows, self.group_cols, block_groups))
+        else:
+            blocks = walk_blocks(rows, self.group_cols, block_groups)
+            first, fresh = [], set()  # the first block of each shape not yet checked
+            verified = self.q.backend.fused.walk.verified
+            for block in blocks:
+                key = self.block_key(block)
+                if key not in verified and key not in fresh:
+                    fresh.add(key)
+                    first.append(block)
+            self.q.map_blocks(self.run_block, [b for b in blocks if b not in first], first)
         return DeviceResult(self.packed, self.chosen, self.initial, self.codes, self.s_g,
                             self.options)
 
     # -- one block -----------------------------------------------------------------------------
     def run_block(self, block):
+        if self.q.use_compile:
+            fused = self.q.backend.fused.walk(self, block, self.q._may_compile())
+            if fused is not None:
+                self.store_fused(block, *fused)
+                return
+        self.store(block, *self.eager_block(block))
+
+    def store(self, block, codes, chosen, initial):
+        """A block's codes (R, 16 C), chosen and initial bytes (R, C) into the result."""
+        r0, r1, i0, i1 = block
+        if self.codes is not None:
+            self.codes[r0:r1, GROUP * i0:GROUP * i1] = codes
+        self.packed[r0:r1, 8 * i0:8 * i1] = codes[:, 0::2] | (codes[:, 1::2] << 4)  # PACK-1
+        self.chosen[r0:r1, i0:i1] = chosen
+        self.initial[r0:r1, i0:i1] = initial
+
+    def store_fused(self, block, packed_t, chosen_t, initial_t):
+        """The fused walk's outputs, (8, C, R) and (C, R), into the row-major result."""
+        r0, r1, i0, i1 = block
+        packed = self.packed[r0:r1, 8 * i0:8 * i1]
+        packed.view(r1 - r0, i1 - i0, 8).copy_(packed_t.permute(2, 1, 0))
+        self.chosen[r0:r1, i0:i1] = chosen_t.t()
+        self.initial[r0:r1, i0:i1] = initial_t.t()
+        if self.codes is not None:
+            codes = self.codes[r0:r1, GROUP * i0:GROUP * i1]
+            codes[:, 0::2] = packed & 0xF  # NVFP4-PACK-1: element 2i in the low nibble
+            codes[:, 1::2] = packed >> 4
+
+    def eager_block(self, block):
+        """The block's (codes (R, 16 C), chosen (R, C), initial (R, C)) by the eager steps."""
         torch, options = self.torch, self.options
         r0, r1, i0, i1 = block
         w = self.weight[r0:r1, GROUP * i0:GROUP * i1].reshape(-1, GROUP)  # (G, 16), own dtype
@@ -124,8 +171,7 @@ class TensorRun:
             at6, at4 = (range_bytes(torch, amax, self.s_g, top).clamp_min(LADDER_FIRST_BYTE)
                         for top in FOUR_OVER_SIX_TOPS)
             aw_t = self.abs_t(w)
-            errors = self.objectives(w, aw_t, self.scales[torch.stack((at6, at4), dim=1)],
-                                     None)
+            errors = self.objectives(aw_t, self.scales[torch.stack((at6, at4), dim=1)], None)
             initial = torch.where(errors[:, 1] < errors[:, 0], at4, at6)
         c0 = initial.clamp_min(LADDER_FIRST_BYTE)  # zero groups: a stand-in byte, see above
         if options.method == "rtn":
@@ -137,18 +183,14 @@ class TensorRun:
                    else None)  # scale-only: h = 1 (HSCALE-METHOD-1)
             if aw_t is None:
                 aw_t = self.abs_t(w)
-            errors = self.objectives(w, aw_t, self.window_scales.index_select(0, c0), h_t)
+            errors = self.objectives(aw_t, self.window_scales.index_select(0, c0), h_t)
             rank = torch.min(errors, dim=1).indices  # HSCALE-ARGMIN-1: the first minimum
             chosen = torch.take(self.window, c0 * self.window.shape[1] + rank)
         scale = torch.where(zero, 1.0, self.scales[chosen])  # zero groups: any positive scale
         codes = self.encode(w, scale)  # NVFP4-E2M1-2, -3; NVFP4-ZERO-1 for zero groups
-        rows, cols = r1 - r0, GROUP * (i1 - i0)
-        codes = codes.view(rows, cols)
-        if self.codes is not None:
-            self.codes[r0:r1, GROUP * i0:GROUP * i1] = codes
-        self.packed[r0:r1, 8 * i0:8 * i1] = codes[:, 0::2] | (codes[:, 1::2] << 4)  # PACK-1
-        self.chosen[r0:r1, i0:i1] = torch.where(zero, ZERO_GROUP_BYTE, chosen).view(rows, -1)
-        self.initial[r0:r1, i0:i1] = torch.where(zero, ZERO_GROUP_BYTE, initial).view(rows, -1)
+        rows = r1 - r0
+        return (codes.view(rows, -1), torch.where(zero, ZERO_GROUP_BYTE, chosen).view(rows, -1),
+                torch.where(zero, ZERO_GROUP_BYTE, initial).view(rows, -1))
 
     def block_search(self, w, c0, rows, i0, i1):
         """The window scored by HSCALE-BLOCK-1 (``torch_kernels.block_objectives``), one
@@ -168,22 +210,18 @@ class TensorRun:
         rank = torch.min(errors, dim=1).indices  # HSCALE-ARGMIN-1
         return torch.take(bytes_, torch.arange(bytes_.shape[0], device=w.device) * k + rank)
 
-    # -- the kernels ---------------------------------------------------------------------------
+    # -- the eager kernels ---------------------------------------------------------------------
     def abs_t(self, w):
         """|w|^T (16, G) float64 in the thread's buffer, as the eager objectives take it."""
         aw_t = self.q._buffers().get("aw", w.numel()).view(GROUP, w.shape[0])
         return aw_t.copy_(w.t()).abs_()
 
-    def objectives(self, w, aw_t, scale, h_t):
-        """E (G, k): the fused kernel where the quantizer uses it, else the eager one."""
-        if self.q.use_compile:
-            return self.q._fused_objectives(w, scale, h_t)
+    def objectives(self, aw_t, scale, h_t):
+        """E (G, k) by the eager kernel."""
         return kernels.eager_objectives(self.torch, aw_t, scale, h_t, self.q._buffers())
 
     def encode(self, w, scale):
         """Codes (G, 16) uint8 of the groups at their effective scales (G,) float64."""
-        if self.q.use_compile:
-            return self.q._fused_encode(w, scale).to(self.torch.uint8)
         return kernels.eager_encode(self.torch, w, scale, self.q._buffers())
 
     def h_columns(self, i0, i1, rows):
@@ -194,6 +232,98 @@ class TensorRun:
             h_t = self.h[GROUP * i0:GROUP * i1].view(i1 - i0, GROUP).t().repeat(1, rows)
             self.h_columns_cache[key] = h_t = h_t.contiguous()
         return h_t
+
+    # -- the fused walk (torch_walk, torch_compile.CompiledWalk) -------------------------------
+    def walk_args(self, block):
+        """``torch_walk.walk``'s inputs for a block: its weights (R, C, 16), its h (C, 16) or
+        blocks (C, 16, 16) or None, and the tables every block shares."""
+        torch = self.torch
+        if self.tables is None:
+            with np.errstate(divide="ignore"):
+                recips = 1.0 / (SCALE_BYTE_VALUES * float(self.s_g))  # byte 0: inf, unused
+            shifts = ([0] if self.options.method == "rtn"  # HSCALE-METHOD-1: no search
+                      else priority_order(self.options.K, self.options.U))  # HSCALE-WIN-1
+            # one shift repeated: a window of one byte, two long (a size of 1 is a shape of its
+            # own to the compiler); the repeat never wins, the first minimum keeps the first
+            shifts = torch.tensor(shifts * 2 if len(shifts) == 1 else shifts,
+                                  dtype=torch.int64, device=self.scales.device)
+            tops = np.array([top * float(self.s_g) for top in FOUR_OVER_SIX_TOPS])  # exact
+            self.tables = (self.scales, torch.from_numpy(recips).to(self.scales.device),
+                           shifts, torch.from_numpy(tops).to(self.scales.device))
+        r0, r1, i0, i1 = block
+        w = self.weight[r0:r1, GROUP * i0:GROUP * i1].view(r1 - r0, i1 - i0, GROUP)
+        method = self.options.method
+        if method == "hscale":
+            h = self.h[GROUP * i0:GROUP * i1].view(i1 - i0, GROUP)
+        elif method == "hscale-block":
+            h = self.h[i0:i1]
+        else:  # rtn, scale-only: h = 1 (HSCALE-METHOD-1)
+            h = torch.ones((i1 - i0, GROUP), dtype=torch.float64, device=w.device)
+        # float32: bfloat16 and float16 widen exactly, and one graph serves every dtype
+        return (w.to(torch.float32), h) + self.tables
+
+    def walk_key(self, args):
+        """(block objective, 4over6, device, rows, groups per row, window, dtype, method): the
+        first three name the compiled function, the whole key one verification."""
+        w = args[0]
+        return (self.options.method == "hscale-block", self.options.init == "4over6",
+                w.device.type, w.shape[0], w.shape[1], args[4].shape[0], self.weight.dtype,
+                self.options.method)
+
+    def block_key(self, block):
+        """``walk_key`` of a block, from its extent alone."""
+        r0, r1, i0, i1 = block
+        k = 2 if self.options.method == "rtn" else len(priority_order(self.options.K,
+                                                                          self.options.U))
+        return (self.options.method == "hscale-block", self.options.init == "4over6",
+                self.weight.device.type, r1 - r0, i1 - i0, max(k, 2), self.weight.dtype,
+                self.options.method)
+
+    def walk_probe(self, block):
+        """A run on ``torch_walk.probe_weight`` of the block's shape (exact ties at its initial
+        bytes, zero groups, both ends of the ladder) with the block's own h, every seventh
+        entry zeroed, for checking the fused walk where its roundings are decided by a hair."""
+        r0, r1, i0, i1 = block
+        weight = walk.probe_weight(self.torch, r1 - r0, GROUP * (i1 - i0), self.weight.device)
+        h = None
+        if self.options.method == "hscale":
+            h = self.h[GROUP * i0:GROUP * i1].cpu().numpy().copy()
+            h[::7] = 0.0
+        elif self.options.method == "hscale-block":
+            h = self.h[i0:i1].cpu().numpy()
+        return TensorRun(self.q, weight, h, self.options, np.float32(walk.PROBE_SCALE),
+                         codes=False)
+
+    def whole_block(self):
+        return (0, self.weight.shape[0], 0, self.group_cols)
+
+    def matches_eager(self, block, fused) -> bool:
+        """The fused walk's bytes of a block equal the eager steps', bit for bit."""
+        codes, chosen, initial = self.eager_block(block)
+        packed_t, chosen_t, initial_t = fused[:3]
+        rows, groups = chosen.shape
+        packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).view(rows, groups, 8)
+        return (self.torch.equal(packed, packed_t.permute(2, 1, 0))
+                and self.torch.equal(chosen, chosen_t.t())
+                and self.torch.equal(initial, initial_t.t()))
+
+
+def walk_blocks(rows: int, group_cols: int, block_groups: int) -> list:
+    """``plan_blocks`` for the fused walk: whole rows of about ``block_groups`` groups, the rows
+    shared evenly so that no block has a single row (a dimension of 1 is a shape of its own to
+    the compiler) unless the layer has one row or a row exceeds ``block_groups`` groups."""
+    if group_cols > block_groups or rows == 1:
+        return plan_blocks(rows, group_cols, block_groups)
+    count = -(-rows // max(1, block_groups // group_cols))
+    if count > 1 and rows < 2 * count:
+        count = rows // 2
+    step, extra = divmod(rows, count)
+    blocks, r0 = [], 0
+    for b in range(count):
+        r1 = r0 + step + (1 if b < extra else 0)
+        blocks.append((r0, r1, 0, group_cols))
+        r0 = r1
+    return blocks
 
 
 class HostCopy:

@@ -16,7 +16,7 @@ Checks, every result: the torch-cuda result (all of it) against the numpy refere
 ``hscale.reference.quantize`` at the whole tensor's s_g, in worker processes): codes, packed,
 scale bytes, initial bytes, delta, s_g; and against cupy's result on the whole tensor where cupy
 declares the method. ``--compiled-size``: also torch-cuda with ``compile=True`` (inductor's
-Triton kernels, checked against the eager ones by ``torch_compile.CompiledKernel``) for hscale
+Triton kernels of the fused walk, checked against the eager ones by ``torch_compile.CompiledWalk``) for hscale
 at that size, the first call (compiling) timed apart.
 """
 

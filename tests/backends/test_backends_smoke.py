@@ -301,7 +301,7 @@ def test_torch_fused_path_equals_reference():
         wb = w.astype(ml_dtypes.bfloat16)
         assert_identical(reference_quantize(wb, h), backend.quantize(wb, h), "fused bf16")
     assert backend.fused.disabled is None, backend.fused.disabled
-    assert backend.fused.objective.verified and backend.fused.encode.verified
+    assert backend.fused.walk.verified
     # Loading the compiled code must not have switched on flush-to-zero (crtfastmath).
     assert float(np.float64(1e-300) * np.float64(1e-20)) != 0.0
     assert torch.tensor([1e-300], dtype=torch.float64).mul(1e-20).item() != 0.0

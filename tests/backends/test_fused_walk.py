@@ -1,0 +1,344 @@
+"""The fused H-Scale walk of the torch backend (backends/torch_walk.py, compiled and checked by
+backends/torch_compile.py) against the reference, bit for bit, on the groups where a wrong
+rounding, a contracted multiply-add or a reordered sum would show: exact E2M1 ties, zero groups
+(+0 and -0.0), E4M3-subnormal scales, windows clipped at bytes 0x01 and 0x7E, saturation, fp32
+subnormal weights, h with zeros. Three routes: the walk's torch ops run eagerly (its arithmetic,
+no compiler), the walk compiled on the CPU through the backend (two graphs for the session:
+the weighted objective, which serves rtn, scale-only and hscale, and the block objective of
+hscale-block; inductor's disk cache makes later sessions cheap), and its guards (a compile
+refused, a compiled function that differs from the eager pipeline). The compiled kernels'
+machine code is read for fused multiply-adds, and a second process must find the compilation
+in the disk cache. The CUDA form (Triton) is not run here: no GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from hscale.judge.builders import L, group_at
+from hscale.reference import quantize as reference_quantize
+from hscale.reference.constants import E2M1_MIDPOINTS
+from hscale.reference.e4m3 import encode_e4m3
+from hscale.reference.objective import diagonal_blocks
+
+from helpers.backend_checks import assert_identical
+
+torch = pytest.importorskip("torch")
+
+from hscale.backends import torch_compile, torch_walk  # noqa: E402
+from hscale.backends.torch_backend import TorchBackend  # noqa: E402
+from hscale.backends.torch_tensor import walk_blocks  # noqa: E402
+
+S_G = np.float32(2.0 ** -4)  # the hard layer's global scale (a caller's s_g, NVFP4-GS-3)
+METHODS = ("rtn", "scale-only", "hscale", "hscale-block")
+
+
+def hard_layer(rows: int = 12, groups: int = 8):
+    """(weight float32 (rows, 16 groups), h (n,), blocks (n/16, 16, 16)) built from exact
+    constructions at s_g = ``S_G``: groups whose maximum lands exactly on a byte's 6 with the
+    other elements on E2M1 midpoints (ties at the initial byte) and on grid points; a group at
+    byte 0x7E (the window clipped above); groups at the E4M3-subnormal bytes 0x01..0x07 and
+    below the ladder (clipped below); a saturating group (7 and 6.5 times the scale); +0 and
+    -0.0 zero groups; fp32 subnormal weights; the rest seeded noise with outliers. h has zeros
+    on a whole group and inside groups; the blocks have a zero row and column."""
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((rows, 16 * groups)) * 0.05).astype(np.float32)
+    w[rng.random(w.shape) < 0.02] *= 30.0
+    ties = [m * (1 if k % 2 else -1) for k, m in enumerate(E2M1_MIDPOINTS)]
+    grid = [0.5, -1.0, 1.5, -2.0, 3.0, -4.0, 6.0, -0.0]
+    made = [group_at(0x7E, float(S_G), ties + grid),  # the ladder's top: window clipped above
+            group_at(0x40, float(S_G), ties + grid),
+            group_at(0x39, float(S_G), grid + ties),
+            group_at(0x07, float(S_G), ties),  # E4M3-subnormal scales
+            group_at(0x03, float(S_G), grid[:6]),
+            group_at(0x01, float(S_G), ties[:5]),  # the ladder's bottom: clipped below
+            group_at(0x01, float(S_G), []) * 2.0 ** -6,  # below the ladder: c0 = 0x01
+            np.array([7.0, -6.5, 6.25, 5.0] + [0.5] * 12) * L(0x30) * float(S_G)]  # saturates
+    for k, group in enumerate(made):
+        r, g = divmod(k, groups)
+        w[r, 16 * g:16 * g + 16] = group.astype(np.float32)  # exact: few significant bits
+    w[2, 0:16] = 0.0  # zero groups: +0 and -0.0 (sign-only codes, NVFP4-ZERO-1)
+    w[2, 16:32] = -0.0
+    w[3, 32:48] = np.float32(2.0 ** -140) * np.arange(1, 17)  # fp32 subnormal weights
+    w[3, 48:64] = -w[0, 16:32]  # a mirrored tie group
+    h = rng.random(w.shape[1]) * 10.0 ** rng.uniform(-4, 4, w.shape[1])
+    h[16:32] = 0.0  # every candidate scores 0: a tie the first minimum keeps at shift 0
+    h[5] = h[40] = 0.0
+    x = rng.standard_normal((48, w.shape[1]))
+    blocks = diagonal_blocks(x.T @ x)
+    blocks[1, 3, :] = blocks[1, :, 3] = 0.0
+    return w, h, blocks
+
+
+def second_argument(method, h, blocks):
+    return blocks if method == "hscale-block" else h
+
+
+# -- the walk's arithmetic, no compiler -----------------------------------------------------------
+
+def test_e4m3_bytes_by_binades_equal_the_reference_rounding():
+    """``torch_walk.e4m3_bytes`` (binade counting, no frexp) against the reference's
+    ``encode_e4m3`` on every ladder value, every rounding midpoint, their one-ulp neighbours,
+    values below the ladder and above 448."""
+    ladder = np.array([L(b) for b in range(1, 127)])
+    midpoints = (ladder[1:] + ladder[:-1]) / 2
+    values = np.concatenate([ladder, midpoints, [0.0, 2.0 ** -12, 2.0 ** -10, 464.0, 480.0,
+                                                 1e6, 2.0 ** 300, 2.0 ** -300]])
+    values = np.concatenate([values, np.nextafter(values, 0), np.nextafter(values, np.inf)])
+    got = torch_walk.e4m3_bytes(torch, torch.from_numpy(values)).numpy()
+    np.testing.assert_array_equal(got, encode_e4m3(values).astype(np.int64))
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("init", ["maxabs", "4over6"])
+def test_walk_run_eagerly_equals_reference(method, init):
+    """The walk's torch ops without torch.compile (the backend's eager pipeline never calls
+    them): the reciprocal search, the binade byte, the packing, on the hard layer."""
+    w, h, blocks = hard_layer()
+    backend = TorchBackend("cpu", compile=True)
+    eager = torch_walk.make_walk(method == "hscale-block", init == "4over6", "eager_walk")
+    backend.fused.walk.functions = _EveryVariant(eager)
+    for options in ({"global_scale": S_G}, {"global_scale": S_G, "K": 5, "U": 1}, {}):
+        expected = reference_quantize(w, second_argument(method, h, blocks), method=method,
+                                      init=init, **options)
+        got = backend.quantize(w, second_argument(method, h, blocks), method=method, init=init,
+                               **options)
+        assert_identical(expected, got, f"eager walk {method}/{init} {options}")
+    assert backend.fused.disabled is None
+    assert backend.fused.walk.verified
+
+
+class _EveryVariant(dict):
+    """``CompiledWalk.functions`` answering every variant with one uncompiled function."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def get(self, variant, default=None):
+        return self.fn
+
+
+def test_block_keys_name_the_shapes_the_walk_is_called_with():
+    """``TensorRun.block_key`` (which blocks run first, on the main thread) equals the key of
+    the arguments the walk gets, for every method and a window of one."""
+    from hscale.backends.torch_backend import TorchQuantizer
+    from hscale.reference.quantize import Options
+    from hscale.backends.torch_tensor import TensorRun
+    w, h, blocks = hard_layer()
+    quantizer = TorchQuantizer(TorchBackend("cpu"))
+    for method in METHODS:
+        for K, U in ((16, 6), (1, 0)):
+            run = TensorRun(quantizer, torch.from_numpy(w), second_argument(method, h, blocks)
+                            if method in ("hscale", "hscale-block") else None,
+                            Options(method, "maxabs", K, U), S_G, codes=False)
+            for block in walk_blocks(12, 8, 32):
+                assert run.block_key(block) == run.walk_key(run.walk_args(block))
+
+
+def test_walk_blocks_cover_the_rows_without_single_row_blocks():
+    for rows, groups, block in [(4096, 256, 16384), (576, 36, 16384), (577, 36, 256),
+                                (3, 36, 36), (5, 8, 8), (1, 8, 8), (7, 40000, 16384)]:
+        blocks = walk_blocks(rows, groups, block)
+        covered = [r for r0, r1, _, _ in blocks for r in range(r0, r1)]
+        assert covered == list(range(rows)) or groups > block, (rows, groups, block)
+        if rows > 1 and groups <= block:
+            assert min(r1 - r0 for r0, r1, _, _ in blocks) >= 2, (rows, groups, block, blocks)
+            step = max(1, block // groups)  # plan_blocks' rows per block
+            assert max(r1 - r0 for r0, r1, _, _ in blocks) <= max(step, 2) + 1, blocks
+
+
+# -- the compiled walk (two graphs per session, cached on disk) -----------------------------------
+
+@pytest.fixture(scope="module")
+def fused():
+    """A CPU backend with the fused walk forced on for any layer size."""
+    return TorchBackend("cpu", compile=True)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_compiled_walk_equals_reference_on_hard_groups(fused, method):
+    w, h, blocks = hard_layer()
+    second = second_argument(method, h, blocks)
+    for options in ({"global_scale": S_G}, {"global_scale": S_G, "K": 24, "U": 10}, {}):
+        assert_identical(reference_quantize(w, second, method=method, **options),
+                         fused.quantize(w, second, method=method, **options),
+                         f"compiled walk {method} {options}")
+    wb = w.astype(ml_dtypes.bfloat16)  # widened to float32 for the one graph
+    assert_identical(reference_quantize(wb, second, method=method),
+                     fused.quantize(wb, second, method=method), f"compiled walk {method} bf16")
+    assert fused.fused.disabled is None, fused.fused.disabled
+    assert any(key[7] == method for key in fused.fused.walk.verified), "the walk did not run"
+
+
+def test_compiled_walk_on_device_and_row_blocks(fused, monkeypatch):
+    """quantize_on_device (tensors in and out, codes on request) and a layer split into
+    several blocks of rows on the worker threads (one verification per block shape)."""
+    from hscale.backends import torch_backend
+    from hscale.backends.torch_tensor import to_host
+    w, h, _ = hard_layer(rows=42, groups=8)
+    expected = reference_quantize(w, h, method="hscale")
+    monkeypatch.setattr(torch_backend, "COMPILE_BLOCK_GROUPS", 64)  # 6 blocks of 7 rows
+    backend = TorchBackend("cpu", compile=True)
+    backend.fused = fused.fused  # the session's compiled functions
+    assert backend.layer_quantizer(w.size // 16).use_compile
+    got = to_host(backend.quantize_on_device(torch.from_numpy(w), h, codes=True))
+    assert_identical(expected, got, "on device")
+    assert any(key[3:5] == (7, 8) for key in fused.fused.walk.verified)
+
+
+def test_compiled_kernels_have_no_fused_multiply_add(fused):
+    """Every compiled walk kernel in the cache, disassembled: no vfmadd / vfmsub / vfnmadd /
+    vfnmsub (HSCALE-OBJ-1 forbids contracting ``h*(d*d)`` into the pairwise sum); the detector
+    itself finds the FMA that gcc makes of ``a*b + c`` under -ffp-contract=fast."""
+    objdump, gcc = shutil.which("objdump"), shutil.which("gcc")
+    if objdump is None or gcc is None:
+        pytest.skip("objdump and gcc (binutils, the compiler inductor itself needs) are needed")
+    w, h, blocks = hard_layer()
+    fused.quantize(w, h)
+    fused.quantize(w, blocks, method="hscale-block")
+    from pathlib import Path
+    directory = torch_compile.fused_cache_dir() or Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    kernels = [str(p) for p in directory.rglob("*.so") if b"cpp_fused" in p.read_bytes()]
+    assert kernels, f"no compiled walk kernel under {directory}"
+    for path in kernels:
+        assert _fma_count(objdump, path) == 0, path
+    assert _fma_count(objdump, _compiled_snippet(gcc, directory.parent, "fast")) > 0
+    assert _fma_count(objdump, _compiled_snippet(gcc, directory.parent, "off")) == 0
+
+
+def _fma_count(objdump, path) -> int:
+    text = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(path)], check=True,
+                          capture_output=True, text=True).stdout
+    return sum(1 for line in text.splitlines()
+               if any(f"\t{op}" in line for op in ("vfmadd", "vfmsub", "vfnmadd", "vfnmsub")))
+
+
+def _compiled_snippet(gcc, directory, contract):
+    source = directory / "fma_probe.c"
+    source.write_text("double f(const double *a, const double *b, const double *c, int n) {\n"
+                      "  double s = 0; for (int i = 0; i < n; i++) s += a[i] * b[i] + c[i];\n"
+                      "  return s; }\n")
+    out = directory / f"fma_probe_{contract}.o"
+    subprocess.run([gcc, "-O3", "-march=haswell", f"-ffp-contract={contract}", "-c",
+                    str(source), "-o", str(out)], check=True)
+    return out
+
+
+def test_a_second_process_loads_the_compilation_from_the_disk_cache(fused, tmp_path):
+    """After this session compiled the weighted walk, a fresh process quantizing with it finds
+    inductor's FX graph in the kit's cache: hits, no miss (no C++ compiled again)."""
+    w, h, _ = hard_layer()
+    fused.quantize(w, h)
+    script = tmp_path / "second.py"
+    script.write_text(
+        "import json, numpy as np\n"
+        "from torch._dynamo.utils import counters\n"
+        "from hscale.backends.torch_backend import TorchBackend\n"
+        "w = np.load('w.npy'); h = np.load('h.npy')\n"
+        "b = TorchBackend('cpu', compile=True)\n"
+        "b.quantize(w, h)\n"
+        "print(json.dumps({'hit': counters['inductor']['fxgraph_cache_hit'],\n"
+        "                  'miss': counters['inductor']['fxgraph_cache_miss'],\n"
+        "                  'verified': len(b.fused.walk.verified),\n"
+        "                  'off': b.fused.disabled}))\n")
+    np.save(tmp_path / "w.npy", w)
+    np.save(tmp_path / "h.npy", h)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["off"] is None and seen["verified"] >= 1, seen
+    assert seen["miss"] == 0 and seen["hit"] >= 1, seen
+
+
+def test_the_cache_directory_is_the_kits_and_keyed_by_torch_version(monkeypatch, tmp_path):
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    for name in ("HSCALE_CACHE_DIR", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    home = torch_compile.fused_cache_dir("2.13.0+cpu")
+    assert home == tmp_path / ".cache" / "hscale" / "inductor" / "torch-2.13.0+cpu"
+    assert torch_compile.fused_cache_dir("2.14.0") != home  # an upgrade compiles afresh
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())  # inductor's own
+    assert torch_compile.fused_cache_dir("2.13.0+cpu") == home
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert torch_compile.fused_cache_dir("x") == tmp_path / "xdg" / "hscale" / "inductor" / "torch-x"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))  # the user's
+    assert torch_compile.fused_cache_dir("x") is None
+    monkeypatch.setenv("HSCALE_CACHE_DIR", str(tmp_path / "kit"))  # the override wins
+    assert torch_compile.fused_cache_dir("x") == tmp_path / "kit" / "inductor" / "torch-x"
+    with torch_compile.compile_cache() as directory:
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(directory) and directory.is_dir()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")  # restored
+
+
+# -- the guards -----------------------------------------------------------------------------------
+
+def test_a_refused_compilation_falls_back_to_eager_and_says_so_once(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise RuntimeError("no C++ compiler on this machine (test)")
+
+    monkeypatch.setattr(torch, "compile", refuse)
+    monkeypatch.setattr(torch_compile, "_WARNED", set())
+    w, h, _ = hard_layer()
+    backend = TorchBackend("cpu", compile=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            assert_identical(reference_quantize(w, h), backend.quantize(w, h), "fallback")
+    said = [c for c in caught if issubclass(c.category, RuntimeWarning)
+            and "fused walk" in str(c.message)]
+    assert len(said) == 1, [str(c.message) for c in caught]
+    assert "no C++ compiler" in str(said[0].message)
+    assert "no C++ compiler" in backend.fused.disabled
+    assert "fused walk off" in backend.version and not backend.fused.walk.verified
+    assert not backend.layer_quantizer(10 ** 6).use_compile  # later layers go eager at once
+
+
+@pytest.mark.parametrize("mutant", ["chosen_plus_one", "ties_rounded_up", "no_saturation"])
+def test_a_compiled_function_that_differs_turns_the_walk_off(monkeypatch, mutant):
+    """The check on a new block shape, against the eager pipeline on the block and on the
+    probe: a walk off by one byte; one whose quotients are one ulp high (right everywhere but on
+    exact ties, which this layer does not have: only the probe catches it); one without E2M1
+    saturation (nothing saturates here either). Each is refused, the result is still the
+    reference's, and the backend says why."""
+    real_round = torch_walk.e2m1_round
+
+    def ties_rounded_up(torch_, x):
+        return real_round(torch_, x * (1.0 + 2.0 ** -52))
+
+    def no_saturation(torch_, x):
+        c = torch_.clamp_min(x, 1.0) * torch_walk.MAGIC
+        return (x + c) - c
+
+    walk = torch_walk.make_walk(False, False, f"mutant_{mutant}")
+
+    def wrong(*args):
+        if mutant == "chosen_plus_one":
+            out = walk(*args)
+            return (out[0], torch.where(out[1] > 0, out[1] + 1, out[1])) + out[2:]
+        with monkeypatch.context() as m:
+            m.setattr(torch_walk, "e2m1_round",
+                      ties_rounded_up if mutant == "ties_rounded_up" else no_saturation)
+            return walk(*args)
+
+    monkeypatch.setattr(torch_compile, "_WARNED", set())
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((8, 64)) * 0.1).astype(np.float32)
+    h = rng.random(64)
+    backend = TorchBackend("cpu", compile=True)
+    backend.fused.walk.functions = _EveryVariant(wrong)
+    with pytest.warns(RuntimeWarning, match="differ from the eager pipeline"):
+        got = backend.quantize(w, h)
+    assert_identical(reference_quantize(w, h), got, mutant)
+    assert "differ" in backend.fused.disabled and not backend.fused.walk.verified
