@@ -1,6 +1,8 @@
 """Every command answers a user's mistake with one line on stderr that says what is wrong and the
 exit code docs/cli.md documents (2), never a traceback; nothing runs before the arguments are
-checked. Each command runs in a subprocess, as a user runs it."""
+checked. The mistakes run in this process (tests/helpers/cli.py: the command's whole behaviour,
+a traceback or a hang recorded), a few of them and the other tests in a fresh process, as a
+user runs them."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import pytest
 
 import hscale
 from hscale.vectors import formats
+from helpers.cli import hscale_here
 from helpers.paths import REPO_ROOT
 from helpers.selftest import suite_command
 
@@ -32,11 +35,16 @@ def run(command, cwd, env=None, timeout=120) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout, env=env)
 
 
+def selected_ids(request, test_name: str) -> set:
+    """The ids of ``test_name``'s parameters that this session runs."""
+    return {item.callspec.id for item in request.session.items
+            if getattr(item, "originalname", None) == test_name and hasattr(item, "callspec")}
+
+
 def run_selected(request, test_name: str, commands: dict, cwd) -> dict:
     """id -> result of the commands of ``test_name``'s parameters that this session runs,
     started together (each is a fresh interpreter, most of its time spent importing)."""
-    chosen = {item.callspec.id for item in request.session.items
-              if getattr(item, "originalname", None) == test_name and hasattr(item, "callspec")}
+    chosen = selected_ids(request, test_name)
     with ThreadPoolExecutor(max_workers=4) as pool:
         futures = {key: pool.submit(run, command, cwd)
                    for key, command in commands.items() if key in chosen}
@@ -270,18 +278,32 @@ def params(idents, *values):
 
 @pytest.fixture(scope="module")
 def mistakes(request, inputs) -> dict:
-    return run_selected(request, "test_a_mistake_gets_one_line_and_exit_code_2",
-                        {ident: HSCALE + [str(a).format(**{"in": inputs}) for a in arguments]
-                         for ident, arguments, _ in CASES}, inputs)
+    """ident -> the command's answer, run in this process (tests/helpers/cli.py: its whole
+    behaviour but the interpreter around it; a traceback or a hang is recorded, not raised)."""
+    chosen = selected_ids(request, "test_a_mistake_gets_one_line_and_exit_code_2")
+    return {ident: hscale_here([str(a).format(**{"in": inputs}) for a in arguments], cwd=inputs)
+            for ident, arguments, _ in CASES if ident in chosen}
 
 
 @pytest.mark.parametrize("ident,arguments,words", params(*zip(*CASES)))
 def test_a_mistake_gets_one_line_and_exit_code_2(mistakes, inputs, ident, arguments, words):
     result = mistakes[ident]
+    assert result.returncode != "traceback", result.trace
     line = error_line(result)
     assert words.format(**{"in": inputs}) in line, line
     assert line.startswith(_prog(arguments) + ": "), line
     assert result.stdout == "", f"work was done before the mistake was seen:\n{result.stdout}"
+
+
+@pytest.mark.parametrize("ident", ["no-command", "demo-missing-layer", "vectors-no-command"])
+def test_a_mistake_in_a_fresh_process_gets_one_line_and_exit_code_2(inputs, ident):
+    """What only a process shows: the entry point, the exit status the shell sees, the real
+    standard streams; a few of CASES, run as a user runs them."""
+    arguments, words = next((a, w) for i, a, w in CASES if i == ident)
+    result = run(HSCALE + [str(a).format(**{"in": inputs}) for a in arguments], cwd=inputs)
+    line = error_line(result)
+    assert words.format(**{"in": inputs}) in line and line.startswith(_prog(arguments) + ": ")
+    assert result.stdout == ""
 
 
 def test_generate_into_proc_is_refused_in_one_line(inputs):
@@ -534,7 +556,15 @@ HELP["gpu_bench --help"] = GPU_BENCH + ["--help"]
 
 @pytest.fixture(scope="module")
 def helps(request, tmp_path_factory) -> dict:
-    return run_selected(request, "test_help_shows_no_markup", HELP, tmp_path_factory.mktemp("h"))
+    """The hscale commands' help in this process (test_version and the fresh-process mistakes
+    run the entry point), the maintainer script's in its own."""
+    where = tmp_path_factory.mktemp("h")
+    tool = {key: command for key, command in HELP.items() if command[:len(HSCALE)] != HSCALE}
+    answers = run_selected(request, "test_help_shows_no_markup", tool, where)
+    chosen = selected_ids(request, "test_help_shows_no_markup")
+    answers.update({key: hscale_here(command[len(HSCALE):], cwd=where)
+                    for key, command in HELP.items() if key not in tool and key in chosen})
+    return answers
 
 
 @pytest.mark.parametrize("ident", params(list(HELP)))

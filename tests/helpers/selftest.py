@@ -268,15 +268,27 @@ def adapter_source(mark: str = MARK) -> str:
     return block.group(1)
 
 
+def mutant_id(mutant: str) -> str:
+    """The backend id of a mutant of conformance/mutants.py in the certificates."""
+    return "mutant-" + mutant.replace("_", "-")
+
+
 def all_runs(tmp: Path, extended: bool = False) -> dict[str, Run]:
     """Every self-test run (``extended``: the opt-in ones too), started together, the full
     (not ``--quick``) runs first so that the two workers finish nearer together."""
     names = list(EXACT_EXPECT)
     half = len(names) // 2
-    runs = [Run("exact", [M + "identity"] + [M + m for m in names[:half]]),
-            Run("exact-2", [M + m for m in names[half:]]),
+    # a mutant's run stops once a test failed citing its clause (mutant_kernels.profile): the
+    # certificate is decided, "does not conform" naming it; the identity runs every test
+    stop = dict(tests_on_path(), HSCALE_KILLED_BY=json.dumps(
+        {mutant_id(m): clause for m, clause in EXACT_EXPECT.items()}))
+    killed = ["-p", "mutant_kernels.profile"]
+    runs = [Run("exact", [M + "identity"] + [M + m for m in names[:half]], killed, env=stop),
+            Run("exact-2", [M + m for m in names[half:]], killed, env=stop),
+            # the faithful runs certify each allowance's mutant with the whole suite; the
+            # default tier judges the same facts in process (tests/judge/test_allowances.py)
             Run("faithful", [M + "identity"] + [M + m for m, *_ in ALLOWED],
-                ["--profile", "faithful"])]
+                ["--profile", "faithful"], extended=True)]
     pkg = tmp / "third_party"
     pkg.mkdir(parents=True, exist_ok=True)
     (pkg / "myadapter.py").write_text(adapter_source(), encoding="utf-8")
@@ -297,7 +309,7 @@ def all_runs(tmp: Path, extended: bool = False) -> dict[str, Run]:
                  extended=True)]
     for mutant, allowance, _, other in ALLOWED:
         runs.append(Run(f"faithful-{allowance}", [M + mutant, M + other],
-                        ["--profile", "faithful", "--allow", allowance]))
+                        ["--profile", "faithful", "--allow", allowance], extended=True))
     runs += vendor_runs() + activation_runs()
     runs += gemm_runs(tmp)
     chosen = sorted((run for run in runs if extended or not run.extended),

@@ -3,7 +3,8 @@ cites the clause it breaks, and its certificate says "does not conform"; the fai
 accepts exactly the divergences its allowances name; the unmutated pipeline conforms.
 
 All runs happen once per session, in subprocesses, two at a time, on the quick subset of the
-installed suite (tests/helpers/selftest.py)."""
+installed suite (tests/helpers/selftest.py). The faithful profile's runs, one per allowance, are
+in the extended tier; tests/judge/test_allowances.py judges the same facts in process."""
 
 from __future__ import annotations
 
@@ -11,11 +12,7 @@ import pytest
 
 from hscale.judge.profiles import ALLOWANCES
 
-from helpers.selftest import ALLOWED, EXACT_EXPECT, summary
-
-
-def _ident(mutant: str) -> str:
-    return "mutant-" + mutant.replace("_", "-")
+from helpers.selftest import ALLOWED, EXACT_EXPECT, mutant_id, summary
 
 
 @pytest.fixture(scope="session")
@@ -24,10 +21,10 @@ def mutant_runs(selftest_runs):
 
 
 def _report(runs, run_name, mutant):
-    if run_name == "exact" and _ident(mutant) not in runs["exact"].reports:
+    if run_name == "exact" and mutant_id(mutant) not in runs["exact"].reports:
         run_name = "exact-2"
     run = runs[run_name]
-    report = run.reports.get(_ident(mutant))
+    report = run.reports.get(mutant_id(mutant))
     assert report is not None, (f"run {run_name!r} wrote no report for {mutant} (exit code "
                                 f"{run.returncode}):\n{run.output[-3000:]}")
     return report
@@ -39,7 +36,8 @@ def _failed(report) -> int:
 
 @pytest.mark.selftest
 @pytest.mark.clause("SUITE-MUTANTS-1")
-@pytest.mark.parametrize("profile", ["exact", "faithful"])
+@pytest.mark.parametrize("profile", ["exact", pytest.param("faithful",
+                                                             marks=pytest.mark.extended)])
 def test_unmutated_pipeline_passes(mutant_runs, profile):
     report = _report(mutant_runs, profile, "identity")
     assert _failed(report) == 0 and report["tests"].get("passed", 0) > 50, summary(report)
@@ -60,6 +58,7 @@ def test_mutant_fails_exact_citing_its_clause(mutant_runs, mutant):
 
 
 @pytest.mark.selftest
+@pytest.mark.extended  # the default tier's: tests/judge/test_allowances.py, in process
 @pytest.mark.parametrize("mutant,allowance,clause,other",
                          [pytest.param(*a, marks=pytest.mark.clause(a[2])) for a in ALLOWED],
                          ids=[a[1] for a in ALLOWED])
@@ -71,6 +70,7 @@ def test_faithful_rejects_the_divergence_without_its_allowance(mutant_runs, muta
 
 
 @pytest.mark.selftest
+@pytest.mark.extended  # the default tier's: tests/judge/test_allowances.py, in process
 @pytest.mark.parametrize("mutant,allowance,clause,other",
                          [pytest.param(*a, marks=pytest.mark.clause(a[2])) for a in ALLOWED],
                          ids=[a[1] for a in ALLOWED])

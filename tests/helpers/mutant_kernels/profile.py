@@ -4,11 +4,16 @@
   examples, the default budget of a certificate) without the shrink phase. Derandomized, the
   examples drawn are the same with or without it, so what is detected is the same; a killed
   mutant does not spend minutes shrinking the example that killed it;
-- once a mutant has failed a test citing the clause the session selected (``--clause``), its
-  remaining tests are skipped: it is killed, naming its clause, and the rest of its run could
-  only add to what is already decided. A failure citing another clause, or an error on valid
-  input, does not stop it.
+- once a mutant has failed a test citing the clause the session selected (``--clause``), or
+  the clause named for its backend id in the environment variable ``HSCALE_KILLED_BY`` (JSON,
+  ``{backend id: clause}``: the self-tests' runs of several mutants, tests/helpers/selftest.py),
+  its remaining tests are skipped: it is killed, naming its clause, and the rest of its run
+  could only add to what is already decided. A failure citing another clause, or an error on
+  valid input, does not stop it; a backend without a clause runs every test.
 """
+
+import json
+import os
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -22,6 +27,8 @@ settings.register_profile(
 
 #: backend ids already killed naming the session's clause
 KILLED: set = set()
+#: backend id -> the clause whose citation kills it (HSCALE_KILLED_BY)
+KILLED_BY: dict = json.loads(os.environ.get("HSCALE_KILLED_BY", "{}"))
 
 
 def _backend(item):
@@ -37,7 +44,9 @@ def pytest_runtest_setup(item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     report = yield
-    clauses = item.config.getoption("clause", None) or []
+    backend = _backend(item)
+    clauses = list(item.config.getoption("clause", None) or [])
+    clauses += [c for b, c in KILLED_BY.items() if b == backend]
     if report.failed and any(f"[{c}]" in report.longreprtext for c in clauses):
-        KILLED.add(_backend(item))
+        KILLED.add(backend)
     return report
