@@ -28,6 +28,15 @@ LEFT_OUT = pytest.StashKey[dict]()
 LEFT_OUT_KEY = "hscale_tests_left_out"
 
 
+#: Tests of the installed suite (conformance/, which a vendor runs whole and which knows
+#: nothing of the kit's tiers) that the kit's own run puts in an opt-in tier: node-id prefix ->
+#: (tier, why). The seeded tiny decoder's full-model tests stay in the default tier.
+SUITE_TIERS = {
+    "conformance/test_full_models.py::test_full_model[numpy-minilm-": (
+        "extended", "all-MiniLM-L6-v2 on the reference backend, about 20 CPU s a configuration"),
+}
+
+
 def opt_in_tier(item) -> str | None:
     """The opt-in tier ``item`` belongs to, or None for the default tier."""
     return next((marker for marker in OPT_IN_MARKERS if marker in item.keywords), None)
@@ -44,7 +53,12 @@ def pytest_addoption(parser):
                           "tools/clause_map.py reads it)")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection reads the markers
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for prefix, (tier, _) in SUITE_TIERS.items():
+            if item.nodeid.startswith(prefix):
+                item.add_marker(getattr(pytest.mark, tier))
     left_out: dict[str, int] = {}
     kept = []
     for item in items:

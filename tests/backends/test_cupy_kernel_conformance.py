@@ -16,6 +16,7 @@ HARNESS = "hscale.backends.cupy_backend:create_host_harness"
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # about 40 CPU s: compiles the kernels for the host and runs the suite
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc for the CUDA kernel's host harness")
 def test_conformance_suite_on_the_cuda_kernels_built_for_the_host(tmp_path, request):
     # The suite's full-model tests (MiniLM and the tiny decoders, layer by layer: two minutes

@@ -21,6 +21,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 
 from helpers.checkpoint_edits import (ATTENTION, planted, quantized, scale_bytes_of,  # noqa: E402
                               set_scale_bytes)
+from helpers.cli import hscale_here  # noqa: E402
 from hscale.check import check_checkpoint  # noqa: E402
 from hscale.checkpoints import CheckpointError  # noqa: E402
 from hscale.calibration import save_hessians  # noqa: E402
@@ -256,7 +257,7 @@ def test_the_command_exit_codes_and_json_report(checkpoints, tiny, tmp_path):
     name = ATTENTION + "v_proj.weight_global_scale"
     broken = planted(checkpoints["compressed-tensors"], tmp_path / "broken",
                      lambda tensors: tensors.pop(name))
-    found = _run("check", broken, cwd=tmp_path)
+    found = hscale_here(["check", broken], cwd=tmp_path)  # the exit codes 1 and 2 in process
     assert found.returncode == 1 and found.stderr == ""
     assert f"{name}: [NVFP4-CKPT-1] tensor: missing" in found.stdout
 
@@ -264,7 +265,7 @@ def test_the_command_exit_codes_and_json_report(checkpoints, tiny, tmp_path):
     shutil.copytree(checkpoints["compressed-tensors"], truncated)
     weights = truncated / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-1000])
-    result = _run("check", truncated, "--original", tiny, cwd=tmp_path)
+    result = hscale_here(["check", truncated, "--original", tiny], cwd=tmp_path)
     assert result.returncode == 2 and result.stdout == ""
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert result.stderr.startswith(f"hscale check: {weights}: truncated: ")

@@ -21,6 +21,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from helpers.checkpoint_edits import ATTENTION, planted, scale_bytes_of, set_scale_bytes  # noqa: E402
+from helpers.cli import hscale_here  # noqa: E402
 from hscale.check import check_checkpoint  # noqa: E402
 from hscale.checkpoints import CheckpointError, SafetensorsModel  # noqa: E402
 from hscale.checkpoints.convert import convert_checkpoint  # noqa: E402
@@ -215,15 +216,14 @@ def test_the_command_writes_atomically_and_answers_mistakes_in_one_line(checkpoi
                           cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "14 copied" in done.stdout and (target / "conversion_report.json").is_file()
-    again = subprocess.run(command + [str(checkpoints["modelopt"]), str(target), "--to",
-                                      "compressed-tensors"], capture_output=True, text=True,
-                           cwd=tmp_path, timeout=300)
+    # the mistakes in this process (tests/helpers/cli.py), the conversion above in a fresh one
+    again = hscale_here(["convert", checkpoints["modelopt"], target, "--to",
+                         "compressed-tensors"], cwd=tmp_path)
     assert again.returncode == 2 and again.stdout == ""
     assert again.stderr == f"hscale convert: {target} exists; choose another DST or pass " \
                            "--force to replace it\n"
-    missing = subprocess.run(command + [str(tmp_path / "nowhere"), str(tmp_path / "x"), "--to",
-                                        "modelopt"], capture_output=True, text=True,
-                             cwd=tmp_path, timeout=300)
+    missing = hscale_here(["convert", tmp_path / "nowhere", tmp_path / "x", "--to", "modelopt"],
+                          cwd=tmp_path)
     assert missing.returncode == 2
     assert missing.stderr == f"hscale convert: {tmp_path / 'nowhere'}: no such directory\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

@@ -21,6 +21,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from helpers.checkpoint_edits import quantized  # noqa: E402
+from helpers.cli import hscale_here  # noqa: E402
 from hscale.check import check_checkpoint  # noqa: E402
 from hscale.checkpoints import CheckpointError, SafetensorsModel  # noqa: E402
 from hscale.checkpoints.to_gguf import convert_to_gguf  # noqa: E402
@@ -236,9 +237,8 @@ def test_the_command_line_says_one_line_and_exits_2(checkpoints, tmp_path):
         "stdout": ([source, "-", "--to", "gguf"], "not to standard output"),
         "requantize": ([source, target, "--to", "gguf", "--requantize"], "nothing to requantize"),
     }
-    for name, (args, text) in cases.items():
-        result = subprocess.run(HSCALE + ["convert"] + [str(a) for a in args], capture_output=True,
-                                text=True, timeout=120)
+    for name, (args, text) in cases.items():  # the mistakes in this process
+        result = hscale_here(["convert", *args])
         lines = [line for line in result.stderr.splitlines() if line.strip()]
         assert result.returncode == 2 and len(lines) == 1 and text in lines[0], (name, result.stderr)
     assert target.read_bytes() == b"old" and link.is_symlink()
@@ -251,8 +251,7 @@ def test_the_command_line_says_one_line_and_exits_2(checkpoints, tmp_path):
     for cut in (5000, target.stat().st_size - 100000):  # in the metadata, in the tensors
         truncated = tmp_path / f"cut-{cut}.gguf"
         truncated.write_bytes(target.read_bytes()[:cut])
-        result = subprocess.run(HSCALE + ["check", truncated], capture_output=True, text=True,
-                                timeout=120)
+        result = hscale_here(["check", truncated])
         lines = [line for line in result.stderr.splitlines() if line.strip()]
         assert result.returncode == 2 and len(lines) == 1 \
             and "not a readable GGUF file" in lines[0], result.stderr

@@ -16,7 +16,6 @@ import math
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -24,6 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from helpers.cli import hscale_here  # noqa: E402
 from helpers.paths import REPO_ROOT  # noqa: E402
 from helpers.checkpoint_edits import quantized  # noqa: E402
 from hscale.cli import main  # noqa: E402
@@ -321,13 +321,12 @@ def test_mistakes_are_one_line_with_exit_code_2(llama, tmp_path):
                                r"--original .*: a vocabulary of 300 tokens, MODEL's has"),
         "no data option": ([source], r"the following arguments are required: --data"),
     }
-    with ThreadPoolExecutor(max_workers=4) as pool:  # each is a fresh interpreter
-        results = {name: pool.submit(subprocess.run, [sys.executable, "-m", "hscale", "eval",
-                                                      *arguments, "--quiet"],
-                                     capture_output=True, text=True, cwd=tmp_path, timeout=300)
-                   for name, (arguments, _) in cases.items()}
+    # in this process (tests/helpers/cli.py); test_eval's other tests run the entry point
+    results = {name: hscale_here(["eval", *arguments, "--quiet"], cwd=tmp_path)
+               for name, (arguments, _) in cases.items()}
     for name, (_, pattern) in cases.items():
-        line = error_line(results[name].result())
+        assert results[name].returncode != "traceback", (name, results[name].trace)
+        line = error_line(results[name])
         assert line.startswith("hscale eval: "), (name, line)
         assert re.search(pattern, line), (name, line)
     assert not (tmp_path / "target.json").exists()

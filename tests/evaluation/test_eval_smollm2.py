@@ -56,6 +56,8 @@ def test_a_missing_package_says_how_to_install_it(monkeypatch):
         smollm2.smollm2_gguf()
 
 
+@pytest.mark.extended  # a real 135M model (about 45 CPU s); tests/evaluation/test_eval.py
+# holds the same assertion on the tiny decoder in the default tier
 def test_in_transformers_the_scores_are_transformers_own_loss(smollm2):
     """Two windows of 128 held-out tokens, dequantized Q4_1 in float32."""
     torch = pytest.importorskip("torch")

@@ -65,6 +65,7 @@ def test_the_spread_lists_modelopt_local_hessian_with_why_it_cannot_run_here():
         assert isinstance(row, str) and "requires triton" in row
 
 
+@pytest.mark.extended  # about 22 CPU s of full family analyses
 def test_a_family_restricted_to_some_rows_gives_the_full_runs_figures_for_them(monkeypatch):
     """family_analyses with kit_methods / only (what the GPU run uses) computes the same
     H-Scale and min-max figures as the full run, and no window or shift figures."""

@@ -350,7 +350,10 @@ def tests_on_path() -> dict:
 
 def vendor_runs() -> list[Run]:
     env = tests_on_path()
-    return [Run("vendor-exact-rtn", [V + "exact_rtn"], env=env, quick=False, conform=True),
+    return [Run("vendor-exact-rtn", [V + "exact_rtn"], env=env, conform=True),
+            # the vendor's full run (the full models in three dtypes: about 45 CPU s)
+            Run("vendor-exact-rtn-full", [V + "exact_rtn"], env=env, quick=False, conform=True,
+                extended=True),
             Run("vendor-bf16", [V + "bf16_kernel"], BF16_FAITHFUL, env=env, quick=False,
                 conform=True),
             Run("vendor-bf16-exact", [V + "bf16_kernel"], env=env, conform=True),

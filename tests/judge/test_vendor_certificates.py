@@ -26,13 +26,22 @@ def test_an_independent_exact_rtn_conforms_under_exact(selftest_runs):
     assert cert["verdict"] == "conforms" and run.returncode == 0, (
         f"{summary(cert)}\n{run.output[-4000:]}")
     assert cert["profile"] == "exact" and cert["allowance_uses"] == {}, summary(cert)
+    # the array-like weight it takes is its business: recorded, not judged
+    lists = [item for item in cert["input_contract"]["items"] if "list" in item["input"]]
+    assert lists and all(not item["judged"] and item["outcome"] == "accepted" for item in lists)
+
+
+@pytest.mark.selftest
+@pytest.mark.extended  # the vendor's full run; the quick one above is the default tier's
+@pytest.mark.clause("SUITE-ADAPTER-1")
+def test_an_independent_exact_rtn_conforms_under_exact_on_the_full_models(selftest_runs):
+    run, cert = certificate_of(selftest_runs, "vendor-exact-rtn-full", "vendor-exact-rtn")
+    assert cert["verdict"] == "conforms" and run.returncode == 0, (
+        f"{summary(cert)}\n{run.output[-4000:]}")
     # judged on all three dtypes and the full models, not only on the quick subset
     full = {n: o for n, o in cert["test_outcomes"].items() if "test_full_model[" in n}
     rtn = {n: o for n, o in full.items() if re.search(r"-(minilm|tiny-decoder)-rtn-", n)}
     assert len(rtn) == 6 and set(rtn.values()) == {"passed"}, rtn
-    # the array-like weight it takes is its business: recorded, not judged
-    lists = [item for item in cert["input_contract"]["items"] if "list" in item["input"]]
-    assert lists and all(not item["judged"] and item["outcome"] == "accepted" for item in lists)
 
 
 @pytest.mark.selftest

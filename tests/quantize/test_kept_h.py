@@ -89,6 +89,7 @@ def test_hscale_block_is_offered_and_re_derived_from_the_blocks_it_keeps(llama, 
 
 
 @pytest.mark.clause("HSCALE-BLOCK-1")
+@pytest.mark.extended  # the block-by-block test above keeps hscale-block's re-derivation
 def test_hscale_block_on_the_whole_model_path(llama, tmp_path):
     """--sequential never: the blocks come from the whole model's X^T X; check re-derives."""
     quantize_model(model_dir=str(llama), out=str(tmp_path / "whole"), method="hscale-block",

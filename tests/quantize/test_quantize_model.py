@@ -243,6 +243,7 @@ def compressed_tensors_decode_rule(stored) -> np.ndarray:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # about 60 CPU s; test_llm_roundtrip loads the decoders' checkpoints so
 @pytest.mark.clause("NVFP4-CKPT-1", "NVFP4-GS-4", "HSCALE-CAL-1")
 def test_bundled_minilm_checkpoint_loads_with_compressed_tensors(tmp_path):
     """The bundled model, calibrated by hscale calibrate's code path and quantized from its file:

@@ -106,6 +106,7 @@ def test_a_run_with_other_options_does_not_adopt_the_partial_output(uninterrupte
     assert weight_bytes(out) == weight_bytes(fresh)
 
 
+@pytest.mark.extended  # about 45 CPU s; Ctrl-C's resume and the killed-run test keep the path
 def test_killed_after_a_block_resumes_to_the_same_bytes(uninterrupted, tmp_path):
     """SIGKILL (no handler runs, nothing is cleaned up) in a fresh process the moment its first
     block's state is on disk; the next run adopts what it left."""
@@ -145,7 +146,8 @@ def _torchrun(nproc: int, source: Path, out: Path) -> float:
     return time.perf_counter() - started
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3_moe"])
+# the MoE family's run (about 25 CPU s) is in the extended tier
+@pytest.mark.parametrize("family", ["llama", pytest.param("qwen3_moe", marks=pytest.mark.extended)])
 def test_torchrun_two_gloo_processes_write_one_processs_bytes(uninterrupted, tmp_path, family):
     source, one = uninterrupted(family)
     two = tmp_path / "two"

@@ -197,6 +197,7 @@ def test_the_compressed_tensors_w4a4_decoder_loads_in_transformers(made):
 
 
 @pytest.mark.clause("NVFP4-CKPT-4")
+@pytest.mark.extended  # about 45 CPU s; the tiny decoder's W4A4 tests above keep the clause
 def test_minilm_w4a4_both_layouts_conform_and_round_trip(tmp_path):
     """The bundled encoder (the whole-model path): W4A4 in both layouts, conforming; the
     compressed-tensors one through ModelOpt and back is byte-identical."""

@@ -97,7 +97,9 @@ def _default_sim(bench: str) -> str:
 
 
 @pytest.mark.parametrize("sim", rtl.SIMULATORS)
-@pytest.mark.parametrize("bench", ["sv", "cocotb"])
+# the cocotb bench (Verilator's build, about 50 CPU s) is in the extended tier; the SV bench
+# judges the same RTL against every level-0 group in the default one
+@pytest.mark.parametrize("bench", ["sv", pytest.param("cocotb", marks=pytest.mark.extended)])
 def test_rtl_matches_level0(bench, sim, out, capsys):
     """The conforming RTL: every level-0 group and global scale matches (0 mismatches), and
     the benches' own comparisons (initial byte, dequantized values, amax, s_g) agree."""
