@@ -76,16 +76,6 @@ def pytest_collection_modifyitems(config, items):
     config.stash[LEFT_OUT] = left_out
     if hasattr(config, "workeroutput"):
         config.workeroutput[LEFT_OUT_KEY] = left_out
-    for item in items:
-        group = next((g for fixture, g in XDIST_GROUPS.items() if fixture in item.fixturenames),
-                     None)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-
-
-#: Session fixtures too costly to build on every xdist worker: the tests using one run on one
-#: worker (``--dist loadgroup``, pyproject.toml's addopts), which builds it once.
-XDIST_GROUPS = {"selftest_runs": "selftest"}
 
 
 def write_clause_map(path: str, items, kept) -> None:
@@ -170,8 +160,11 @@ def zoo():
 
 @pytest.fixture(scope="session")
 def selftest_runs(tmp_path_factory, request):
-    """Every subprocess run of the self-tests (mutants, adapters), started together; the
-    extended ones only when asked for (``pytest -m extended``)."""
+    """Every subprocess run of the self-tests (mutants, adapters), started together, once per
+    session whatever the xdist workers (tests/helpers/shared.py); the extended ones only when
+    asked for (``pytest -m extended``)."""
     from helpers.selftest import all_runs
-    return all_runs(tmp_path_factory.mktemp("selftest"),
-                    extended="extended" in (request.config.getoption("-m") or ""))
+    from helpers.shared import once_per_session
+    extended = "extended" in (request.config.getoption("-m") or "")
+    return once_per_session(tmp_path_factory, "selftest",
+                            lambda directory: all_runs(directory, extended=extended))
