@@ -91,3 +91,14 @@ def selftest_runs(tmp_path_factory, request):
     from helpers.selftest import all_runs
     return all_runs(tmp_path_factory.mktemp("selftest"),
                     extended="extended" in (request.config.getoption("-m") or ""))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def eager_torch_walk():
+    """The torch backend's fused walk off for the tests (and the processes they start) unless
+    the run asks for it (``HSCALE_TORCH_COMPILE`` already set): on a cold cache its library
+    takes a minute or more of CPU to compile, once per library, and the default path would
+    compile it in whichever test first quantizes a layer of >= 4096 groups.
+    tests/backends/test_fused_walk.py turns it back on for its own tests."""
+    import os
+    os.environ.setdefault("HSCALE_TORCH_COMPILE", "0")
