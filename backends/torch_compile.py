@@ -48,11 +48,14 @@ from pathlib import Path
 
 from . import torch_aot
 
-# Layers of at least COMPILE_MIN_GROUPS groups use the fused walk by default, in blocks of about
-# COMPILE_BLOCK_GROUPS groups (whole rows): large enough that the host's few hundred
-# microseconds per call do not count, small enough that a block's float64 copy and its
-# candidates' scales stay near the caches of a small machine.
-COMPILE_MIN_GROUPS = 1 << 12
+# Layers of at least COMPILE_MIN_GROUPS groups use the fused walk by default: it was the faster
+# at every size measured, from 64 groups (4 x 256: 1 ms against the eager kernels' 23 ms) to
+# 4096 x 4096, for rtn, hscale and hscale-block (docs/performance.md, the kernel race); smaller
+# layers were not measured and stay eager. Blocks of about COMPILE_BLOCK_GROUPS groups (whole
+# rows): large enough that the host's few hundred microseconds per call do not count, small
+# enough that a block's float64 copy and its candidates' scales stay near the caches of a small
+# machine.
+COMPILE_MIN_GROUPS = 1 << 6
 COMPILE_BLOCK_GROUPS = 1 << 14
 ENV_SWITCH = "HSCALE_TORCH_COMPILE"
 ENV_CACHE = "HSCALE_CACHE_DIR"

@@ -93,12 +93,11 @@ def selftest_runs(tmp_path_factory, request):
                     extended="extended" in (request.config.getoption("-m") or ""))
 
 
-@pytest.fixture(scope="session", autouse=True)
-def eager_torch_walk():
-    """The torch backend's fused walk off for the tests (and the processes they start) unless
-    the run asks for it (``HSCALE_TORCH_COMPILE`` already set): on a cold cache its library
-    takes a minute or more of CPU to compile, once per library, and the default path would
-    compile it in whichever test first quantizes a layer of >= 4096 groups.
-    tests/backends/test_fused_walk.py turns it back on for its own tests."""
+def pytest_configure(config):
+    """The torch backend's fused walk off for the session (tests/ and conformance/, and the
+    processes their tests start) unless the run asks for it (``HSCALE_TORCH_COMPILE`` already
+    set): on a cold cache each of its libraries takes one to three minutes of CPU to compile,
+    which the default path would spend in whichever test first quantizes a layer of >= 64
+    groups. tests/backends/test_fused_walk.py turns it back on for its own tests."""
     import os
     os.environ.setdefault("HSCALE_TORCH_COMPILE", "0")

@@ -33,8 +33,8 @@ the one of least median time.
 
 First run (``--no-first-run`` skips it): a fresh process quantizes the 4096 x 4096 layer with
 an empty cache directory (the compilation, once per machine), then another fresh process with
-that directory (the trace and the cache load, once per process); each figure is the first
-call's wall time in its process.
+that directory (the library loaded and each new block shape checked against the eager pipeline,
+once per process); each figure is the first call's wall time in its process.
 
 Limits (``--no-limits`` skips them): tools/machine_limits.c compiled with gcc and run: the peak
 float64 rate (FMA chains) and the memory bandwidth (copy, triad), one thread and all. The ratio
@@ -127,7 +127,7 @@ def race_shape(torch, rows, cols, pairs, contestants_for) -> dict:
     w = torch.from_numpy(weight)
     backend = TorchBackend("cpu")
     ours = lambda: backend.quantize_on_device(w, h, codes=False)  # noqa: E731
-    ours()  # warm-up: the fused walk traced (and compiled, on a cold cache) and verified
+    ours()  # warm-up: the fused walk loaded (compiled, on a cold cache) and verified
     differs = identical(reference_quantize(weight, h),
                         to_host(backend.quantize_on_device(w, h, codes=True)))
     eager_backend = TorchBackend("cpu", compile=False)
