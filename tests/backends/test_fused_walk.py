@@ -326,6 +326,18 @@ def test_two_processes_compiling_at_once_leave_one_library(monkeypatch, tmp_path
     assert names == [".lock", ".pt2", ".so"], sorted(directory.iterdir())
 
 
+def _fallback_warnings(backend, what) -> list:
+    """The hard layer quantized twice by ``backend``, each time to the reference's bytes; the
+    fused walk's warnings the two calls gave."""
+    w, h, _ = hard_layer()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            assert_identical(reference_quantize(w, h), backend.quantize(w, h), what)
+    return [str(c.message) for c in caught if issubclass(c.category, RuntimeWarning)
+            and "fused walk" in str(c.message)]
+
+
 def test_a_library_that_does_not_load_is_built_again(monkeypatch, tmp_path):
     """A damaged library in the cache (a truncated file) is not trusted: the walk is built
     again (here the build is refused, as on a machine without a compiler), the layer goes to
@@ -345,16 +357,10 @@ def test_a_library_that_does_not_load_is_built_again(monkeypatch, tmp_path):
         raise RuntimeError("no C++ compiler on this machine (test)")
 
     monkeypatch.setattr(torch_aot, "build", refuse)
-    w, h, _ = hard_layer()
     backend = TorchBackend("cpu", compile=True)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for _ in range(2):
-            assert_identical(reference_quantize(w, h), backend.quantize(w, h), "damaged")
+    said = _fallback_warnings(backend, "damaged")
     assert builds == [((False, False, "cpu"), package)]  # the damaged one was not loaded
     assert not package.with_suffix(".so").exists()  # nor kept for build to find and trust
-    said = [str(c.message) for c in caught if issubclass(c.category, RuntimeWarning)
-            and "fused walk" in str(c.message)]
     assert len(said) == 1 and "no C++ compiler" in said[0], said
     assert "no C++ compiler" in backend.fused.disabled
 
@@ -405,16 +411,9 @@ def test_a_refused_compilation_falls_back_to_eager_and_says_so_once(monkeypatch,
     monkeypatch.setenv("HSCALE_CACHE_DIR", str(tmp_path))  # nothing built there: it must compile
     monkeypatch.setattr(torch.export, "export", refuse)
     monkeypatch.setattr(torch_compile, "_WARNED", set())
-    w, h, _ = hard_layer()
     backend = TorchBackend("cpu", compile=True)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for _ in range(2):
-            assert_identical(reference_quantize(w, h), backend.quantize(w, h), "fallback")
-    said = [c for c in caught if issubclass(c.category, RuntimeWarning)
-            and "fused walk" in str(c.message)]
-    assert len(said) == 1, [str(c.message) for c in caught]
-    assert "no C++ compiler" in str(said[0].message)
+    said = _fallback_warnings(backend, "fallback")
+    assert len(said) == 1 and "no C++ compiler" in said[0], said
     assert "no C++ compiler" in backend.fused.disabled
     assert "fused walk off" in backend.version and not backend.fused.walk.verified
     assert not backend.layer_quantizer(10 ** 6).use_compile  # later layers go eager at once
