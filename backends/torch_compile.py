@@ -27,7 +27,7 @@ The disk cache. The libraries are kept under ``fused_cache_dir()``:
 ``~/.cache/hscale``; under a user's own ``TORCHINDUCTOR_CACHE_DIR``, when ``HSCALE_CACHE_DIR``
 is not set, ``hscale/torch-<version>`` there), each named by a digest of the walk's source and
 the compiler settings, so a torch upgrade or a change of the walk compiles afresh and only the
-first run on a machine pays for the compilation (one to two minutes a library on two cores);
+first run on a machine pays for the compilation (one to three minutes of CPU a library);
 a later process loads the library in about a millisecond. Inductor compiles in a scratch
 directory removed after; a library that fails to load is built again.
 
