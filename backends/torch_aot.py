@@ -46,16 +46,16 @@ def package_name(variant, settings: dict) -> str:
     return f"{name}-{digest.hexdigest()[:16]}"
 
 
-def build(torch, variant, settings: dict, package: Path) -> None:
+def build(torch, variant, settings: dict, package: Path) -> bool:
     """Export and compile the walk into ``package`` (a .pt2) and its library (``package`` with
-    the suffix .so). Inductor works in a scratch directory of its own (no file of it is shared
+    the suffix .so); False where another process built them while this one waited. Inductor works in a scratch directory of its own (no file of it is shared
     with another process compiling at the same time), the two files are renamed into place
     (library first: a reader that sees the package sees its library), and a lock beside them
     makes a second process wait for the first instead of compiling the same again."""
     package.parent.mkdir(parents=True, exist_ok=True)
     with _lock(package.with_suffix(".lock")):
         if package.exists() and package.with_suffix(".so").exists():
-            return  # another process built it while this one waited
+            return False  # another process built it while this one waited
         with tempfile.TemporaryDirectory(dir=package.parent, prefix=".build-") as tmp:
             with _inductor_scratch(Path(tmp) / "inductor"):
                 program = export(torch, variant)
@@ -68,6 +68,7 @@ def build(torch, variant, settings: dict, package: Path) -> None:
                 library.write_bytes(archive.read(member))
             os.replace(library, package.with_suffix(".so"))
             os.replace(staged, package)
+    return True
 
 
 def export(torch, variant):

@@ -148,8 +148,8 @@ class CompiledWalk:
                 except OSError:  # a damaged file: built afresh below
                     package.with_suffix(".so").unlink(missing_ok=True)
             if fn is None:
-                torch_aot.build(torch, variant, settings, package)
-                self.built.add(variant)
+                if torch_aot.build(torch, variant, settings, package):
+                    self.built.add(variant)
                 fn = torch_aot.load(torch, package, variant[2], workers)
             self.functions[variant] = fn
         return fn
