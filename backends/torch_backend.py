@@ -24,9 +24,9 @@ single-threaded. Per-op parallelism (torch's intra-op OpenMP) was slower here: a
 of small ops, each paying a fork/join and waiting for the slowest core, which is ruinous when
 another process holds a core; whole blocks from a shared queue are not. Large layers (at least
 ``torch_compile.COMPILE_MIN_GROUPS`` groups) go through the fused walk (``torch_walk``: the
-whole pipeline of a block in one compiled graph, rows and groups per row dynamic); the first
-call on a machine compiles (a minute or two), later processes load it from the disk cache
-(``torch_compile.fused_cache_dir``) and trace it (seconds).
+whole pipeline of a block in one graph compiled ahead of time, rows and groups per row dynamic,
+``torch_aot``); the first call on a machine compiles it (a minute or two), later processes load
+it from the disk cache (``torch_compile.fused_cache_dir``) in milliseconds.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from hscale.reference.quantize import Options
 from . import gemm as gemm_kind
 from . import torch_gemm
 from . import torch_kernels as kernels
-from .torch_compile import COMPILE_BLOCK_GROUPS, FusedPath, inductor_config
+from .torch_compile import COMPILE_BLOCK_GROUPS, FusedPath
 from .torch_tensor import TensorRun, to_host
 
 GROUP = kernels.GROUP
@@ -271,32 +271,26 @@ class TorchQuantizer(Quantizer):
     def map_blocks(self, function, blocks, first=()) -> None:
         """Blocks on worker threads (CPU), each running single-threaded torch ops, from a shared
         queue; on CUDA in this thread. ``first``: blocks to run before the others, in this
-        thread (the fused walk's new block shapes, which compile and are checked here and which
-        the workers then only call). The process-wide intra-op thread count is restored."""
+        thread (the fused walk's new block shapes, whose library is built or loaded and which
+        are checked here; the workers then only run it). The process-wide intra-op thread count
+        is restored."""
         torch = self.torch
         workers = torch.get_num_threads() if self.device.type == "cpu" else 1
+        for block in first:
+            function(block)
+        if workers <= 1 or len(blocks) <= 1:
+            for block in blocks:
+                function(block)
+            return
         saved = torch.get_num_threads()
-        with inductor_config(self.device.type) if self.use_compile else _nothing():
-            try:
-                if self.use_compile and self.device.type == "cpu":
-                    # One thread here, as in the workers: the thread count is part of what a
-                    # compiled graph is guarded by, and a worker meeting another count
-                    # recompiled, past dynamo's limit of 8 graphs, then ran eagerly with a
-                    # warning per block.
-                    torch.set_num_threads(1)
-                for block in first:
-                    function(block)
-                if workers <= 1 or len(blocks) <= 1:
-                    for block in blocks:
-                        function(block)
-                    return
-                from concurrent.futures import ThreadPoolExecutor
-                with ThreadPoolExecutor(max_workers=workers,
-                                        initializer=lambda: torch.set_num_threads(1)) as pool:
-                    for future in [pool.submit(function, b) for b in blocks]:
-                        future.result()
-            finally:
-                torch.set_num_threads(saved)
+        from concurrent.futures import ThreadPoolExecutor
+        try:
+            with ThreadPoolExecutor(max_workers=workers,
+                                    initializer=lambda: torch.set_num_threads(1)) as pool:
+                for future in [pool.submit(function, b) for b in blocks]:
+                    future.result()
+        finally:
+            torch.set_num_threads(saved)
 
     # -- hot steps -----------------------------------------------------------------------------
     def global_scale(self, weight, options) -> np.float32:
@@ -480,14 +474,6 @@ def _host(value):
     if tensor.dtype == _import_torch().bfloat16:
         return tensor.view(_import_torch().int16).numpy().view(ml_dtypes.bfloat16)
     return tensor.numpy()
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def create_cpu():

@@ -1,8 +1,9 @@
 """The fused H-Scale walk: every step of one block of groups (the group maxima, the initial
 byte, the window, the K candidates' objectives, the first minimum, the codes at the chosen byte
-and their packing) as one pure function of torch ops, which ``torch_compile.CompiledWalk``
-compiles into one graph per block (inductor: C++ on the CPU, Triton on CUDA) and checks
-against the eager pipeline of ``torch_tensor`` on every new shape. Nothing here imports torch
+and their packing) as one pure function of torch ops, which ``torch_aot`` exports and compiles
+ahead of time into one graph per block (AOTInductor: C++ on the CPU, Triton on CUDA) and
+``torch_compile.CompiledWalk`` checks against the eager pipeline of ``torch_tensor`` on every
+new shape. Nothing here imports torch
 at module load; the functions take ``torch`` from their tensors' module.
 
 Layout. A block is ``w`` (R, C, 16): R whole rows of C groups (or a part of one row, R = 1),
@@ -51,7 +52,7 @@ objective's order, which are the same here):
   NVFP4-E2M1-3); zero groups at the stand-in scale 1 keep only their signs (NVFP4-ZERO-1).
   Packing (NVFP4-PACK-1): element 2i in the low nibble, ``code_2i + 16 code_2i+1``.
 
-Floating-point contraction is off in the compiled code (``torch_compile.inductor_config``):
+Floating-point contraction is off in the compiled code (``torch_compile.compile_settings``):
 the only products followed by an addition are exact (``q * s``, ``T * 2^51``, ``16 * code``)
 except ``h_j * (d_j * d_j)`` and ``B_jk * d_k`` before the pairwise sums, where a fused
 multiply-add would change E; tests/backends/test_fused_walk.py reads the compiled kernel's
@@ -184,15 +185,12 @@ def walk(w, h, scales, recips, deltas, tops, block_objective: bool, four_over_si
             torch.where(zero, 0, initial).to(torch.uint8), w_t, scale, recip)
 
 
-def make_walk(block_objective: bool, four_over_six: bool, name: str):
-    """``walk`` with its static choices bound, as a function of its own code object (``name``),
-    so that each compiled variant has its own dynamo cache and recompile limit."""
+def make_walk(block_objective: bool, four_over_six: bool):
+    """``walk`` with its static choices bound (``torch_aot`` exports the same as a module)."""
 
     def fused_walk(w, h, scales, recips, deltas, tops):
         return walk(w, h, scales, recips, deltas, tops, block_objective, four_over_six)
 
-    fused_walk.__code__ = fused_walk.__code__.replace(co_name=name)
-    fused_walk.__name__ = fused_walk.__qualname__ = name
     return fused_walk
 
 

@@ -168,3 +168,13 @@ def selftest_runs(tmp_path_factory, request):
     extended = "extended" in (request.config.getoption("-m") or "")
     return once_per_session(tmp_path_factory, "selftest",
                             lambda directory: all_runs(directory, extended=extended))
+
+
+def pytest_configure(config):
+    """The torch backend's fused walk off for the session (tests/ and conformance/, and the
+    processes their tests start) unless the run asks for it (``HSCALE_TORCH_COMPILE`` already
+    set): on a cold cache each of its libraries takes one to three minutes of CPU to compile,
+    which the default path would spend in whichever test first quantizes a layer of >= 64
+    groups. tests/backends/test_fused_walk.py turns it back on for its own tests."""
+    import os
+    os.environ.setdefault("HSCALE_TORCH_COMPILE", "0")

@@ -5,6 +5,7 @@ machine's own limits beside the figures.
 
     python tools/kernel_race.py [--shapes 4096x4096,576x576,...] [--pairs 5] [--json OUT]
                                 [--no-first-run] [--no-limits]
+    python tools/kernel_race.py --fused-vs-eager rtn,hscale-block --shapes 4x256,576x576
 
 Peers, each called on a float32 torch tensor through the library's own production path (the
 adapters of backends/interop/ say the same calls; here without their numpy round trip):
@@ -33,8 +34,14 @@ the one of least median time.
 
 First run (``--no-first-run`` skips it): a fresh process quantizes the 4096 x 4096 layer with
 an empty cache directory (the compilation, once per machine), then another fresh process with
-that directory (the trace and the cache load, once per process); each figure is the first
-call's wall time in its process.
+that directory (the library loaded and each new block shape checked against the eager pipeline,
+once per process); each figure is the first call's wall time in its process.
+
+Fused against eager (``--fused-vs-eager METHODS``, instead of the race): for each method and
+shape, ``TorchBackend("cpu", compile=True)`` and ``compile=False`` timed in alternating pairs
+(after one untimed call of each), both checked bit for bit against the reference; the ratio is
+the median of the pairs' eager / fused. hscale-block's blocks come from a seeded 64-sample
+activation matrix.
 
 Limits (``--no-limits`` skips them): tools/machine_limits.c compiled with gcc and run: the peak
 float64 rate (FMA chains) and the memory bandwidth (copy, triad), one thread and all. The ratio
@@ -127,7 +134,7 @@ def race_shape(torch, rows, cols, pairs, contestants_for) -> dict:
     w = torch.from_numpy(weight)
     backend = TorchBackend("cpu")
     ours = lambda: backend.quantize_on_device(w, h, codes=False)  # noqa: E731
-    ours()  # warm-up: the fused walk traced (and compiled, on a cold cache) and verified
+    ours()  # warm-up: the fused walk loaded (compiled, on a cold cache) and verified
     differs = identical(reference_quantize(weight, h),
                         to_host(backend.quantize_on_device(w, h, codes=True)))
     eager_backend = TorchBackend("cpu", compile=False)
@@ -153,6 +160,37 @@ def race_shape(torch, rows, cols, pairs, contestants_for) -> dict:
     out["ratio_range"] = {n: (min(r), max(r)) for n, r in ratios.items()}
     out["fastest_peer"] = min(names[2:], key=lambda n: out["median_seconds"][n])
     return out
+
+
+def fused_vs_eager(torch, rows, cols, method, pairs) -> dict:
+    from hscale.backends.torch_backend import TorchBackend
+    from hscale.backends.torch_tensor import to_host
+    from hscale.bench import identical, make_layer
+    from hscale.reference import quantize as reference_quantize
+    from hscale.reference.objective import diagonal_blocks
+
+    weight, h = make_layer(rows, cols)
+    if method == "hscale-block":
+        x = np.random.default_rng(0).standard_normal((64, cols))
+        h = diagonal_blocks(x.T @ x)
+    w = torch.from_numpy(weight)
+    backends = {"fused": TorchBackend("cpu", compile=True),
+                "eager": TorchBackend("cpu", compile=False)}
+    expected = reference_quantize(weight, h, method=method)
+    differs = [identical(expected, to_host(b.quantize_on_device(w, h, method=method, codes=True)))
+               for b in backends.values()]
+    times = {name: [] for name in backends}
+    for k in range(pairs):
+        for name in (("fused", "eager") if k % 2 == 0 else ("eager", "fused")):
+            start = time.perf_counter()
+            backends[name].quantize_on_device(w, h, method=method, codes=False)
+            times[name].append(time.perf_counter() - start)
+    ratios = [e / f for e, f in zip(times["eager"], times["fused"])]
+    return {"shape": f"{rows}x{cols}", "method": method, "seconds": times,
+            "bit_identical": all(d is None for d in differs),
+            "fused_on": backends["fused"].fused.disabled is None,
+            "median_seconds": {n: statistics.median(t) for n, t in times.items()},
+            "eager_over_fused": statistics.median(ratios), "range": (min(ratios), max(ratios))}
 
 
 FIRST_RUN = """
@@ -239,9 +277,14 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--no-first-run", action="store_true")
     parser.add_argument("--no-limits", action="store_true")
+    parser.add_argument("--fused-vs-eager", metavar="METHODS",
+                        help="time the fused walk against the eager kernels for these methods "
+                             "instead of the race")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", category=UserWarning)
     import torch
+    if args.fused_vs_eager:
+        return run_fused_vs_eager(torch, args)
     available = peers(torch)
     chosen = {name: available[name] for name in args.peers.split(",") if name}
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
@@ -262,6 +305,26 @@ def main(argv=None) -> int:
         args.json.write_text(json.dumps({"header": header, "limits": limits, "results": results,
                                          "first_run": first}, indent=1, default=str))
     return 0 if all(r["bit_identical"] for r in results) else 1
+
+
+def run_fused_vs_eager(torch, args) -> int:
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    results = []
+    for method in args.fused_vs_eager.split(","):
+        for shape in args.shapes.split(","):
+            rows, cols = (int(v) for v in shape.split("x"))
+            r = fused_vs_eager(torch, rows, cols, method, args.pairs)
+            results.append(r)
+            print(f"{started} {shape} {method}: fused {r['median_seconds']['fused'] * 1e3:.1f} "
+                  f"ms, eager {r['median_seconds']['eager'] * 1e3:.1f} ms, eager / fused "
+                  f"x{r['eager_over_fused']:.2f} ({r['range'][0]:.2f}-{r['range'][1]:.2f}), "
+                  f"bit-identical {'yes' if r['bit_identical'] else 'NO'}, fused walk "
+                  f"{'on' if r['fused_on'] else 'OFF'}", flush=True)
+    with open("/proc/loadavg") as f:
+        print("load average at the end", " ".join(f.read().split()[:3]))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=str))
+    return 0 if all(r["bit_identical"] and r["fused_on"] for r in results) else 1
 
 
 if __name__ == "__main__":

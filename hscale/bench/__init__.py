@@ -152,8 +152,9 @@ def _child_memory(backend, method, rows, cols, seed, init):
         from hscale.backends import get
         call = get(backend).quantize
     small_w, small_h = make_layer(8, int(cols), 1)
-    # Warm-up: imports and lazy initialisation; for torch also the fused (torch.compile) path,
-    # forced on for the small layer so that its one-time compilation is not counted below.
+    # Warm-up: imports and lazy initialisation; for torch also the fused walk (its library built
+    # on a cold cache, then loaded and checked), forced on for the small layer so that none of that
+    # is counted below.
     saved = os.environ.get("HSCALE_TORCH_COMPILE")
     if saved is None:
         os.environ["HSCALE_TORCH_COMPILE"] = "1"
