@@ -236,6 +236,15 @@ def markdown(mutants, results, meta) -> str:
         lines.append("- none")
     lines += ["", "Controls refused (false refusals): "
               + (", ".join(f"`{i}`" for i in summary["controls_refused"]) or "none") + ".", "",
+              "The controls, kernels whose fault the spec admits (or that no output can show), "
+              "each with why:", ""]
+    controls = defaultdict(list)
+    for mutant in mutants:
+        if not mutant.breaks and mutant.ident in results:
+            controls[(mutant.clause, mutant.family, mutant.why)].append(mutant.ident)
+    lines += [f"- {clause}, {family} ({', '.join(f'`{i}`' for i in idents)}): {why}"
+              for (clause, family, why), idents in controls.items()]
+    lines += ["",
               "What no kernel's output shows (no mutant can be killed there), and why:", ""]
     lines += [f"- {clause}: {why}" for clause, why in UNSEEN.items()]
     lines += ["", END]

@@ -76,6 +76,8 @@ def test_the_report_names_every_survivor_and_refused_control():
     assert "**1 of 2** mutants that break a stated contract killed (50.0%)" in text
     assert "- `w-tie-flip-4-f32` (NVFP4-E2M1-2," in text
     assert "Controls refused (false refusals): `w-None-0-f32`." in text
+    assert ("- NVFP4-E2M1-2, the quantizer without a fault (`w-None-0-f32`): the spec's "
+            "arithmetic: it must conform") in text
     assert "midpoint 3 (of midpoint 3 .. midpoint 4; 1/2)" in text
 
 

@@ -182,7 +182,11 @@ def _activation() -> list[Mutant]:
         dtypes = DTYPES if recipe != "torchao" else ("float32", "bfloat16")
         add({"fast-math": "NVFP4-ACT-2", "exact": "NVFP4-ACT-6", "torchao": "NVFP4-ACT-7"}[
             recipe], recipe, None, 0, "none", "the recipe without a fault", dtypes, False,
-            "the recipe (fast-math: every reciprocal at the far end of the ulp PTX states)")
+            {"fast-math": "the recipe with every reciprocal at the far end of the ulp PTX "
+                          "states (rcp(6) and rcp(output) the fp32 value above the exact one, "
+                          "rcp(g) the one below): it must conform",
+             "exact": "the recipe's IEEE divisions: it must conform",
+             "torchao": "the recipe's multiplier and IEEE arithmetic: it must conform"}[recipe])
     for which, clause in (("six", "NVFP4-ACT-2"), ("output", "NVFP4-ACT-3"),
                           ("g", "NVFP4-ACT-3")):
         for direction in ("up", "down"):
