@@ -55,7 +55,8 @@ DTYPES = [pytest.param(F32, id="float32"), pytest.param(F16, id="float16"),
           pytest.param(BF16, id="bfloat16")]
 
 
-@pytest.mark.clause("NVFP4-ACT-5", "NVFP4-ACT-2", "NVFP4-ACT-3", "NVFP4-ACT-6", "NVFP4-ACT-7")
+@pytest.mark.clause("NVFP4-ACT-5", "NVFP4-ACT-1", "NVFP4-ACT-2", "NVFP4-ACT-3", "NVFP4-ACT-6",
+                    "NVFP4-ACT-7")
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_products_a_few_fp32_ulps_from_every_boundary(activation_checker, dtype):
     """Block scales and encode products a few fp32 ulps either side of every E4M3 and E2M1
@@ -63,7 +64,8 @@ def test_products_a_few_fp32_ulps_from_every_boundary(activation_checker, dtype)
     and a constructed global scale g = 1 + i 2^-23, one tensor per i. A reciprocal within the
     one ulp PTX states passes (NVFP4-ACT-5); one further off moves a byte or a code across a
     boundary that no admissible reciprocal moves, which generated data, one ulp of bfloat16
-    (2^-8) from a boundary, cannot show."""
+    (2^-8) from a boundary, cannot show; so does a static g not used as given (NVFP4-ACT-1),
+    which moves every product."""
     activation_checker.require_dtype(dtype)
     _static(activation_checker)
     for case in boundary_cases(dtype):
@@ -167,7 +169,8 @@ def test_scale_layout_with_padding(activation_checker, shape):
 @pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=["float32", "float16", "bfloat16"])
 def test_each_declared_input_dtype(activation_checker, dtype):
     """Each input dtype the backend declares, with values exact in it (bfloat16's and
-    float16's subnormals and largest values included)."""
+    float16's subnormals and largest values included), and tensors across the dtype's own range
+    with a global scale that keeps their groups off saturation."""
     activation_checker.require_dtype(dtype)
     _static(activation_checker)
     info = ml_dtypes.finfo(dtype)
@@ -178,6 +181,18 @@ def test_each_declared_input_dtype(activation_checker, dtype):
     x[3] *= 1e3
     case = ActivationCase(x.astype(dtype), np.float32(1.0), title=f"{np.dtype(dtype).name} input")
     activation_checker.check(case)
+    # the dtype's own range with a global scale that does not saturate it: values beyond
+    # float16's (a kernel narrowing bfloat16 or float32 to float16 first turns them infinite)
+    # and below its subnormals (it flushes them)
+    for top in (2.0 ** 40, 2.0 ** -30, float(info.max) / 4):
+        if not float(info.smallest_subnormal) < top <= float(info.max) / 4:
+            continue  # outside this dtype (float16 holds neither 2^40 nor 2^-30)
+        wide = (rng.standard_normal((4, 32)) * top / 4).astype(dtype)
+        g = np.float32(2688 / float(np.abs(wide.astype(np.float32)).max()))
+        if not (np.isfinite(g) and g > 0 and np.isfinite(np.float32(1) / g)):
+            continue
+        activation_checker.check(ActivationCase(wide, g, title=f"{np.dtype(dtype).name} input "
+                                                               f"near {top:g}"))
 
 
 @pytest.mark.clause("NVFP4-ACT-1")

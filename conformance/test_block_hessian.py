@@ -106,6 +106,49 @@ def test_diagonal_blocks_choose_what_hscale_chooses(checker):
                        np.asarray(getattr(block, name)))
 
 
+# Evaluation-order traps of the block objective (found by a search over this shape, checked with
+# hscale.reference): element 0 = 48 sets the baseline 0x50; elements 1 and 2 are tiny (code 0 at
+# every candidate) and carry one huge entry of B, B[1][1] (the order of the e_j sum) or B[1][2]
+# (which side of the block a product is read from), so that one term is the same huge value at
+# every candidate; B[j][j] = 1 for the thirteen others, whose terms sit below half an ulp of it.
+# The spec's order (row j's pairwise sum t_j, then e_j = d_j t_j, then the pairwise sum of the
+# e_j) picks one byte; a left-to-right sum of the e_j, or B read transposed (the same quadratic
+# form exactly, another rounding), picks another. (dtype of the weights, their bits, the entry
+# of B, its value.)
+BLOCK_ORDER_TRAPS = {
+    "sequential-bfloat16": ("bfloat16", "4240 3b40 3b20 410d 4211 3f44 c1bb c115 c1ae 4132 410c "
+                            "c120 3f6b 41e4 c1d9 c1e4", (1, 1), "0x1.0000000000000p+66"),
+    "sequential-float16": ("float16", "5200 1a00 1900 cf87 50b7 c79e 4be6 c273 cdee cdde 45f9 "
+                           "d04f ccd7 c765 c485 507b", (1, 1), "0x1.0000000000000p+64"),
+    "transposed-bfloat16": ("bfloat16", "4240 3b40 3b20 4180 c0d4 c1f4 c0f7 c1a7 4125 c20c 421a "
+                            "be9f c1c7 c08c 41b1 c159", (1, 2), "0x1.94ed02bbb1e5dp+70"),
+    "transposed-float16": ("float16", "5200 1a00 1900 d020 4dbc be97 4ce4 4d92 c95c 4db3 4c88 "
+                           "4ba5 4f0d 4cdd 3b9b cda6", (1, 2), "0x1.d9fbc5a33b48ap+70"),
+}
+
+
+@pytest.mark.clause("HSCALE-BLOCK-1")
+@pytest.mark.parametrize("trap", list(BLOCK_ORDER_TRAPS))
+@pytest.mark.parametrize("as_float32", [False, True], ids=["own-dtype", "as-float32"])
+def test_the_block_objective_is_evaluated_in_its_order(checker, trap, as_float32):
+    """BLOCK_ORDER_TRAPS: groups where another evaluation order of HSCALE-BLOCK-1 than the one
+    it writes (the e_j summed left to right, B read transposed) picks another byte; in their
+    own dtype and as float32 (the same values)."""
+    import ml_dtypes
+    checker.require("hscale-block")
+    dtype_name, bits, (row, col), value = BLOCK_ORDER_TRAPS[trap]
+    dtype = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype_name]
+    weight = np.array([int(word, 16) for word in bits.split()], np.uint16).view(dtype)[None, :]
+    if as_float32:
+        weight = weight.astype(np.float32)
+    checker.require_dtype(weight.dtype)
+    blocks = np.zeros((1, GROUP, GROUP))
+    blocks[0, np.arange(3, GROUP), np.arange(3, GROUP)] = 1.0
+    blocks[0, row, col] = float.fromhex(value)
+    checker.check(Case(weight, blocks, method="hscale-block", global_scale=1.0,
+                       title=f"block objective order trap {trap}"))
+
+
 @pytest.mark.clause("HSCALE-BLOCK-1")
 def test_nan_objective_counts_as_infinity(checker):
     """Blocks whose products overflow to +inf and -inf in one row make E NaN for the

@@ -194,6 +194,88 @@ def test_output_ties_go_to_even(gemm_checker, out_dtype, sums, hand):
                               f"to even), observed {observed[k, k]!r}", case, output=(k, k))
 
 
+#: Per output dtype: exact sums (block values) whose 24th significant bit decides the output's
+#: rounding, a tie of the output dtype plus or minus its smallest part (257 + 2^-15 rounds up
+#: to 258 in bfloat16, where 257 is a tie to 256; in float16, 256.125 + 2^-15 up to 256.25 and
+#: 256.375 - 2^-15 down to 256.25, where the ties go to 256 and 256.5; 2^23 + 1 and
+#: -2^23 + 3 need 24 bits in float32), with the result worked by hand. The smallest block is
+#: 2^-18 * 8 (scale bytes 0x01): its terms' quantum 2^-15 makes every partial sum of an fp32
+#: accumulator exact (NVFP4-GEMM-7), so the result is one value.
+LAST_BIT_SUMS = {"bfloat16": ([[257, Fraction(1, 2 ** 15)], [-257, -Fraction(1, 2 ** 15)]],
+                              [258.0, -258.0]),
+                 "float16": ([[Fraction(2049, 8), Fraction(1, 2 ** 15)],
+                              [Fraction(2051, 8), -Fraction(1, 2 ** 15)]], [256.25, 256.25]),
+                 "float32": ([[2 ** 23, 1], [-2 ** 23, 3]], [2 ** 23 + 1.0, -2 ** 23 + 3.0])}
+
+
+@pytest.mark.clause("NVFP4-GEMM-4", "NVFP4-GEMM-7")
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES)
+def test_the_accumulators_last_bit_decides_the_output(gemm_checker, out_dtype):
+    """Exactly summable sums that need all 24 bits of an fp32 accumulator and sit just off a
+    tie of the output dtype (LAST_BIT_SUMS): an accumulator of fewer bits loses the last bit
+    and the output rounds the other way (a narrow output does not hide it here)."""
+    gemm_checker.require(out_dtype=out_dtype)
+    sums, hand = LAST_BIT_SUMS[out_dtype]
+    a, b = _diagonal(sums)
+    case = GemmCase(a, b, out_dtype, title=f"24-bit sums, {out_dtype}")
+    observed = gemm_checker.check(case)
+    allowed = case.admissible(gemm_checker.model)
+    for k, want in enumerate(hand):  # the diagonal: S[k, k] is the k-th sum
+        if allowed.exact[k, k] and allowed.low[k, k] == allowed.high[k, k]:
+            assert observed[k, k] == want, (
+                f"[NVFP4-GEMM-4] output element (i={k}, j={k}): the exact sum "
+                f"{float(sum(Fraction(v) for v in sums[k]))!r} is {want!r} in {out_dtype}, "
+                f"observed {observed[k, k]!r}")
+
+
+@pytest.mark.clause("NVFP4-GEMM-5")
+@pytest.mark.parametrize("out_dtype,total,hand", [("bfloat16", 257, 258.0),
+                                                  ("float16", 2049, 2050.0),
+                                                  ("float32", 2 ** 23 + 1, 2.0 ** 23 + 2)])
+def test_a_global_scale_of_24_bits_decides_the_output(gemm_checker, out_dtype, total, hand):
+    """alpha = fp32(gA gB) = 1 + 2^-23, 24 bits, on an exact sum at a tie of the output dtype:
+    fp32(alpha * S) is just above the tie and rounds up (bfloat16 258, float16 2050; in fp32,
+    (2^23 + 1)(1 + 2^-23) rounds to 2^23 + 2); alpha kept to fewer bits is 1, and the tie goes
+    to even (NVFP4-GEMM-5: the global scales in fp32). A kernel declaring another placement of
+    the global scales (torchao's on the output) is judged by that placement's interval."""
+    gemm_checker.require(out_dtype=out_dtype)
+    a, b = block_values_pair([total] if total < 2 ** 20 else [2 ** 23, 1])
+    case = GemmCase(nvfp4(a.codes, a.scale_bytes, np.float32(1 + 2.0 ** -23)),
+                    nvfp4(b.codes, b.scale_bytes, np.float32(1.0)), out_dtype,
+                    title=f"a 24-bit alpha on S = {total}, {out_dtype}")
+    if gemm_checker.model.global_scales != "accumulator":
+        gemm_checker.check(case)
+        return
+    expect_exact(gemm_checker, case, [[hand]], "NVFP4-GEMM-5")
+
+
+@pytest.mark.clause("NVFP4-GEMM-3")
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES)
+def test_scale_products_beyond_float16_with_small_global_scales(gemm_checker, out_dtype):
+    """Scale bytes 0x7E (448) on both sides: sA sB = 200704, beyond float16's range but exact in
+    fp32 (NVFP4-GEMM-3), with global scales 2^-12 and 2^-10 that bring the output back into
+    every output dtype: 448^2 * (6 * 0.5 - 1 * 1) * 2^-22 = 0.0957..., exactly."""
+    gemm_checker.require(out_dtype=out_dtype)
+    a = from_values(np.array([[6.0, 1.0] + [0.0] * 14]), 0x7E, np.float32(2.0 ** -12))
+    b = from_values(np.array([[0.5, -1.0] + [0.0] * 14]), 0x7E, np.float32(2.0 ** -10))
+    expect_exact(gemm_checker, GemmCase(a, b, out_dtype, title="sA sB = 448^2"),
+                 [[Fraction(448 ** 2 * 2, 2 ** 22)]], "NVFP4-GEMM-3")
+
+
+@pytest.mark.clause("NVFP4-GEMM-6")
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES)
+def test_a_zero_sum_is_a_zero(gemm_checker, out_dtype):
+    """Sums that cancel to zero exactly: the output is +0 or -0 (NVFP4-GEMM-6: the sign of a
+    zero is not specified), never NaN."""
+    gemm_checker.require(out_dtype=out_dtype)
+    a, b = _diagonal([[3, -3], [0], [448, -448, 0.25, -0.25]])
+    case = GemmCase(a, b, out_dtype, title="zero sums")
+    observed = gemm_checker.check(case)
+    for k in range(3):
+        assert observed[k, k] == 0, (f"[NVFP4-GEMM-6] output element (i={k}, j={k}): the sum "
+                                     f"is 0 exactly, observed {observed[k, k]!r}")
+
+
 @pytest.mark.clause("NVFP4-GEMM-6")
 def test_float16_output_overflows_to_infinity(gemm_checker):
     """65520 is float16's largest value plus half an ulp: it rounds (ties to even) to +inf;

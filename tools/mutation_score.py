@@ -28,6 +28,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -82,7 +84,10 @@ def sessions(mutants) -> list[tuple[tuple, list]]:
     for key, members in groups.items():
         size = CHUNK[key[0]]
         out += [(key, members[k:k + size]) for k in range(0, len(members), size)]
-    return sorted(out, key=lambda item: (item[0][0] != "weight", item[0][1] is not None))
+    # the mutants that break a contract first, the cheapest kinds first, the controls (each a
+    # kind's whole suite) last: a sweep cut short has measured the most mutants it could
+    cost = {"gemm": 0, "activation": 1, "weight": 2}
+    return sorted(out, key=lambda item: (item[0][1] is None, cost[item[0][0]]))
 
 
 def run_session(python: str, work: Path, key, members, timeout: int) -> dict:
@@ -123,7 +128,9 @@ def run_session(python: str, work: Path, key, members, timeout: int) -> dict:
     return results
 
 
-def measure(mutants, python: str, workers: int, timeout: int) -> dict:
+def measure(mutants, python: str, workers: int, timeout: int, save=None) -> dict:
+    """Every mutant's result; ``save(results)`` after each session (a sweep cut short keeps
+    what it measured)."""
     plan = sessions(mutants)
     results = {}
     with tempfile.TemporaryDirectory(prefix="hscale-mutation-") as scratch, \
@@ -133,6 +140,8 @@ def measure(mutants, python: str, workers: int, timeout: int) -> dict:
         for k, future in enumerate(futures, 1):
             results.update(future.result())
             print(f"  session {k} of {len(futures)} done ({len(results)} mutants)", flush=True)
+            if save is not None:
+                save(results)
     return results
 
 
@@ -141,7 +150,16 @@ def installed(python: str) -> dict:
                            "print(hscale.__file__); print(sys.version.split()[0])"],
                           capture_output=True, text=True, cwd=tempfile.gettempdir())
     version, location, py = (done.stdout.split("\n") + ["", "", ""])[:3]
-    return {"hscale": version, "location": location, "python": py}
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
+                            text=True, cwd=REPOSITORY).stdout.strip()
+    return {"hscale": version, "location": location, "python": py,
+            "commit": commit or "unknown"}
+
+
+def cpu_seconds() -> float:
+    """The CPU time (user + system) of the finished ``hscale conform`` sessions."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 # ------------------------------------------------------------------------------------------
@@ -201,7 +219,7 @@ def markdown(mutants, results, meta) -> str:
              f"{summary['mutants']} mutants in all, measured with hscale {meta['hscale']} "
              f"(Python {meta['python']}), Hypothesis' `ci` budget (200 derandomized examples "
              f"a test), each mutant's clause selected with `--clause`, the weight kind with "
-             f"`--quick`.", "",
+             f"`--quick`.", "", *_provenance(meta, len(mutants)), "",
              "| clause | kind | input dtype | mutants | killed | named | smallest fault "
              "detected, per family (smallest of the grades tried; grades caught) |",
              "|---|---|---|---:|---:|---:|---|"]
@@ -218,10 +236,34 @@ def markdown(mutants, results, meta) -> str:
         lines.append("- none")
     lines += ["", "Controls refused (false refusals): "
               + (", ".join(f"`{i}`" for i in summary["controls_refused"]) or "none") + ".", "",
+              "The controls, kernels whose fault the spec admits (or that no output can show), "
+              "each with why:", ""]
+    controls = defaultdict(list)
+    for mutant in mutants:
+        if not mutant.breaks and mutant.ident in results:
+            controls[(mutant.clause, mutant.family, mutant.why)].append(mutant.ident)
+    lines += [f"- {clause}, {family} ({', '.join(f'`{i}`' for i in idents)}): {why}"
+              for (clause, family, why), idents in controls.items()]
+    lines += ["",
               "What no kernel's output shows (no mutant can be killed there), and why:", ""]
     lines += [f"- {clause}: {why}" for clause, why in UNSEEN.items()]
     lines += ["", END]
     return "\n".join(lines)
+
+
+def _provenance(meta, measured: int) -> list[str]:
+    """Where the figures come from: the kit measured (its commit and install), the command,
+    its wall and CPU time, and whether the sweep is complete."""
+    if "command" not in meta:
+        return []
+    lines = [f"Measured from commit `{meta.get('commit', 'unknown')}`, the kit installed at "
+             f"`{meta['location']}`, by `{meta['command']}`: {meta['seconds']} s wall, "
+             f"{meta['cpu_seconds']} s CPU (the `hscale conform` sessions, user + system)."]
+    total = meta.get("catalogue")
+    if total and measured < total:
+        lines.append(f"**A partial sweep**: {measured} of the catalogue's {total} mutants "
+                     f"measured (the run was cut short); the figures above count those only.")
+    return lines
 
 
 def write_docs(text: str, path: Path = DOC) -> None:
@@ -262,18 +304,30 @@ def main(argv=None) -> int:
         results, meta = stored["results"], stored["meta"]
     else:
         meta = installed(args.python)
+        meta["command"] = shlex.join(["python", "tools/mutation_score.py",
+                                      *(argv if argv is not None else sys.argv[1:])])
+        meta["catalogue"] = len(every)
         print(f"{len(chosen)} mutants, hscale {meta['hscale']} at {meta['location']}",
               flush=True)
         start = time.time()
-        results = measure(chosen, args.python, args.workers, args.timeout)
-        meta["seconds"] = round(time.time() - start)
-        if args.results.exists() and (args.select or args.ids):  # a partial run updates it
-            stored = json.loads(args.results.read_text())
-            results = {**stored["results"], **results}
-            meta = {**stored["meta"], **{k: v for k, v in meta.items() if k != "seconds"}}
-        args.results.write_text(json.dumps({"meta": meta, "score": score(
-            [every[i] for i in results if i in every], results), "results": results},
-            indent=1, sort_keys=True) + "\n")
+        partial = bool(args.select or args.ids)
+        stored = (json.loads(args.results.read_text())
+                  if partial and args.results.exists() else None)
+
+        def save(measured: dict) -> tuple[dict, dict]:
+            now = {**meta, "seconds": round(time.time() - start),
+                   "cpu_seconds": round(cpu_seconds())}
+            merged = measured
+            if stored is not None:  # a partial run updates the stored results
+                merged = {**stored["results"], **measured}
+                now = {**stored["meta"], **{k: v for k, v in now.items()
+                                            if k not in ("seconds", "cpu_seconds", "command")}}
+            args.results.write_text(json.dumps({"meta": now, "score": score(
+                [every[i] for i in merged if i in every], merged), "results": merged},
+                indent=1, sort_keys=True) + "\n")
+            return merged, now
+
+        results, meta = save(measure(chosen, args.python, args.workers, args.timeout, save))
     measured = [every[i] for i in results if i in every]
     summary = score(measured, results)
     print(f"score {summary['killed']}/{summary['breaking']} ({summary['score']}); survivors "

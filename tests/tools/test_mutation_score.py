@@ -12,6 +12,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from helpers.paths import REPO_ROOT
 
 TOOL = REPO_ROOT / "tools" / "mutation_score.py"
@@ -45,6 +47,7 @@ def test_the_catalogue_covers_every_clause_a_kernel_can_break():
     assert max(len(v) for v in families.values()) >= 7
 
 
+@pytest.mark.extended  # two hscale conform sessions, about 25 s; the sweep is the tool's run
 def test_a_handful_of_mutants_end_to_end(tmp_path):
     ids = ["a-fast-math-rcp-six-down-2-bf16", "a-fast-math-rcp-six-down-1-bf16",
            "g-split-k-slice0-2-nvfp4-f32"]
@@ -73,4 +76,51 @@ def test_the_report_names_every_survivor_and_refused_control():
     assert "**1 of 2** mutants that break a stated contract killed (50.0%)" in text
     assert "- `w-tie-flip-4-f32` (NVFP4-E2M1-2," in text
     assert "Controls refused (false refusals): `w-None-0-f32`." in text
+    assert ("- NVFP4-E2M1-2, the quantizer without a fault (`w-None-0-f32`): the spec's "
+            "arithmetic: it must conform") in text
     assert "midpoint 3 (of midpoint 3 .. midpoint 4; 1/2)" in text
+
+
+def test_a_sweep_cut_short_keeps_what_it_measured(tmp_path, monkeypatch):
+    """Sessions run the mutants that break a contract first (GEMM, activation, weight: the
+    cheapest first) and the controls last; the results file is written after every session
+    and says from which commit, by which command, in how much wall and CPU time; a table from
+    fewer mutants than the catalogue says it is partial. (The sessions are stubbed: each
+    mutant killed, each control conforming.)"""
+    tool = _tool()
+    MUTANTS = tool.catalogue()  # noqa: N806
+    ids = ["w-None-0-f32", "w-tie-flip-3-f32", "g-None-0-nvfp4-f32",
+           "a-fast-math-rcp-six-down-2-bf16", "g-split-k-slice0-2-nvfp4-f32"]
+    order = [members[0].ident for _, members in tool.sessions([MUTANTS[i] for i in ids])]
+    assert order == ["g-split-k-slice0-2-nvfp4-f32", "a-fast-math-rcp-six-down-2-bf16",
+                     "w-tie-flip-3-f32", "g-None-0-nvfp4-f32", "w-None-0-f32"]
+
+    def session(python, work, key, members, timeout):
+        return {m.ident: {"verdict": "does not conform" if m.breaks else "conforms",
+                          "named": m.breaks} for m in members}
+
+    snapshots, measure = [], tool.measure
+
+    def recording(mutants, python, workers, timeout, save=None):
+        def saved(so_far):
+            out = save(so_far)
+            snapshots.append(json.loads(results.read_text()))
+            return out
+        return measure(mutants, python, workers, timeout, saved)
+
+    monkeypatch.setattr(tool, "measure", recording)
+    monkeypatch.setattr(tool, "run_session", session)
+    results = tmp_path / "results.json"
+    assert tool.main(["--ids", ",".join(ids), "--results", str(results), "--no-docs",
+                      "--workers", "1"]) == 0
+    assert [len(snap["results"]) for snap in snapshots] == [1, 2, 3, 4, 5]
+    assert snapshots[0]["meta"]["command"].startswith("python tools/mutation_score.py --ids")
+    stored = json.loads(results.read_text())
+    assert len(stored["results"]) == 5 and stored["score"]["score"] == 1.0
+    meta = stored["meta"]
+    assert meta["catalogue"] == len(MUTANTS) and meta["commit"]
+    assert meta["seconds"] >= 0 and meta["cpu_seconds"] >= 0
+    text = tool.markdown([MUTANTS[i] for i in ids], stored["results"], meta)
+    assert f"Measured from commit `{meta['commit']}`" in text
+    assert f"by `{meta['command']}`" in text
+    assert f"**A partial sweep**: 5 of the catalogue's {len(MUTANTS)} mutants" in text

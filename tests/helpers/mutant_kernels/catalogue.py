@@ -182,7 +182,11 @@ def _activation() -> list[Mutant]:
         dtypes = DTYPES if recipe != "torchao" else ("float32", "bfloat16")
         add({"fast-math": "NVFP4-ACT-2", "exact": "NVFP4-ACT-6", "torchao": "NVFP4-ACT-7"}[
             recipe], recipe, None, 0, "none", "the recipe without a fault", dtypes, False,
-            "the recipe (fast-math: every reciprocal at the far end of the ulp PTX states)")
+            {"fast-math": "the recipe with every reciprocal at the far end of the ulp PTX "
+                          "states (rcp(6) and rcp(output) the fp32 value above the exact one, "
+                          "rcp(g) the one below): it must conform",
+             "exact": "the recipe's IEEE divisions: it must conform",
+             "torchao": "the recipe's multiplier and IEEE arithmetic: it must conform"}[recipe])
     for which, clause in (("six", "NVFP4-ACT-2"), ("output", "NVFP4-ACT-3"),
                           ("g", "NVFP4-ACT-3")):
         for direction in ("up", "down"):
@@ -258,9 +262,16 @@ def _gemm() -> list[Mutant]:
     add("NVFP4-GEMM-1", "neighbour-block-codes", 0, "every block", "B's block k+1's codes "
         "met with A's block k", DTYPES)
     add("NVFP4-GEMM-1", "dropped-block", 0, "one block", "the last K block left out", DTYPES)
-    for role in ("a", "b", "both"):
+    for role in ("a", "b"):
         add("NVFP4-GEMM-2", f"nibbles-{role}", 0, "every byte", "the nibbles read the other "
             f"way round ({role})", DTYPES)
+    add("NVFP4-GEMM-2", "nibbles-both", 0, "every byte", "the nibbles read the other way "
+        "round (both)", DTYPES, breaks=False,
+        why="equivalent: swapping the nibbles of both operands exchanges elements 2i and 2i+1 "
+            "of every row of A and of B alike, so each block's sixteen products are the same "
+            "products in another order; a product of two E2M1 values is a multiple of 1/4 of "
+            "at most 36, so a block's sum (at most 576, of 1/4 steps) is exact in any order "
+            "and every block value, hence every output, is bit for bit the same")
     for fault in ("layout-exchanged", "layout-linear"):
         add("NVFP4-GEMM-2", fault, 0, "the layout", "the 128x4 layout misread", DTYPES)
     for role in ("a", "b"):

@@ -94,6 +94,7 @@ class WeightKernel:
     def validate(self, weight, h, method, init, K, U, scale_ceiling, global_scale):
         if not isinstance(method, str) or method not in METHODS or method not in self.capabilities:
             self._reject("method", "method")
+            method = "rtn"  # accepted: quantized as rtn
         if not isinstance(init, str) or init not in ("maxabs", "4over6"):
             self._reject("init", "init")
         if type(weight) is not np.ndarray:
@@ -339,6 +340,10 @@ class WeightKernel:
                  scale_ceiling=448.0, global_scale=None):
         w, h = self.validate(weight, hessian_diag, method, init, K, U, scale_ceiling,
                              global_scale)
+        if not isinstance(method, str) or method not in METHODS:
+            method = "rtn"  # (the accept fault let it through)
+        if not isinstance(init, str) or init not in ("maxabs", "4over6"):
+            init = "maxabs"
         s_g = self.global_scale(w, scale_ceiling, global_scale)
         stored = s_g
         if self.fault in ("reciprocal-not-read-back", "reciprocal-control"):
