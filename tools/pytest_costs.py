@@ -53,13 +53,17 @@ def pytest_sessionfinish(session):
 
 
 def report(path: str, top: int = 40) -> None:
-    """The costs in ``path``, or in every per-worker file beside it (``PATH-gw*.json``)."""
-    files = [Path(path)] if Path(path).exists() else sorted(
-        Path(path).parent.glob(f"{Path(path).stem}-gw*{Path(path).suffix}"))
+    """The costs in ``path`` and in every per-worker file beside it (``PATH-gw*.json``); under
+    xdist the controller's own file holds no tests and the session's whole CPU time."""
+    workers = sorted(Path(path).parent.glob(f"{Path(path).stem}-gw*{Path(path).suffix}"))
     data = {"session_cpu": 0.0, "tests": {}}
-    for file in files:
+    for file in workers:
         part = json.loads(file.read_text())
         data["session_cpu"] += part["session_cpu"]
+        data["tests"].update(part["tests"])
+    if Path(path).exists():  # a serial run's file, or an xdist controller's: its children
+        part = json.loads(Path(path).read_text())  # are the workers, so its CPU is the total
+        data["session_cpu"] = part["session_cpu"]
         data["tests"].update(part["tests"])
     tests = data["tests"]
     by_file: dict = defaultdict(float)
