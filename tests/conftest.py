@@ -34,6 +34,8 @@ LEFT_OUT_KEY = "hscale_tests_left_out"
 SUITE_TIERS = {
     "conformance/test_full_models.py::test_full_model[numpy-minilm-": (
         "extended", "all-MiniLM-L6-v2 on the reference backend, about 20 CPU s a configuration"),
+    "conformance/test_full_models.py::test_full_model[torch-minilm-": (
+        "extended", "all-MiniLM-L6-v2 on the torch backend, about 17 CPU s a configuration"),
 }
 
 

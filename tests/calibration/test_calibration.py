@@ -511,6 +511,7 @@ def default_layer_tool():
     return module
 
 
+@pytest.mark.extended  # rebuilds the bundled layer from MiniLM (about 17 CPU s)
 def test_default_layer_matches_regeneration(tmp_path):
     pytest.importorskip("transformers")
     pytest.importorskip(M.MINILM_MODULE)

@@ -41,7 +41,9 @@ def test_hessian_diag_of_a_two_layer_model_with_padding():
 
 @pytest.mark.slow
 @pytest.mark.clause("HSCALE-CAL-1")
-@pytest.mark.parametrize("model", ["minilm", "tiny-decoder"])
+# MiniLM's calibration (about 17 CPU s) in the extended tier, the tiny decoder's in the default
+@pytest.mark.parametrize("model", [pytest.param("minilm", marks=pytest.mark.extended),
+                                   "tiny-decoder"])
 def test_calibrated_models_give_valid_h(zoo, model):
     """Every Linear of the full models gets a finite, non-negative h of length in_features, not
     identically zero (the layer ran)."""
