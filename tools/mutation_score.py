@@ -284,8 +284,9 @@ def main(argv=None) -> int:
                         help="the interpreter whose installed kit runs hscale conform")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--select", default=None,
-                        help="only the mutants whose id contains this, of this clause or kind, "
-                             "or the controls ('controls'); several, comma-separated")
+                        help="only the mutants of this kind, or of this clause, or whose id "
+                             "contains this, or the controls ('controls'); several, "
+                             "comma-separated")
     parser.add_argument("--ids", default=None,
                         help="only these mutants (comma-separated ids)")
     parser.add_argument("--results", type=Path, default=RESULTS)
@@ -297,9 +298,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     every = catalogue()
     wanted = None if args.select is None else args.select.split(",")
+    kinds = {m.kind for m in every.values()}
     chosen = [m for m in every.values() if wanted is None or any(
-        w in m.ident or w == m.clause or w == m.kind or w == "controls" and not m.breaks
-        for w in wanted)]
+        w == m.kind if w in kinds else  # a kind's name selects that kind only
+        w in m.ident or w == m.clause or w == "controls" and not m.breaks for w in wanted)]
     if args.ids:
         wanted = args.ids.split(",")
         unknown = [i for i in wanted if i not in every]
