@@ -341,7 +341,7 @@ def main(argv=None) -> int:
             return merged, now
 
         results, meta = save(measure(chosen, args.python, args.workers, args.timeout, save))
-    measured = [every[i] for i in results if i in every]
+    measured = [m for m in every.values() if m.ident in results]  # the catalogue's order
     summary = score(measured, results)
     print(f"score {summary['killed']}/{summary['breaking']} ({summary['score']}); survivors "
           f"{summary['survivors']}; controls refused {summary['controls_refused']}")

@@ -2,9 +2,9 @@
 kind that a kernel's output can break, each with the clause its fault breaks, its size, the
 input dtype it declares and the declaration it is certified under (tools/mutation_score.py).
 
-A family is one fault at growing sizes (a reciprocal 2, 3, 4, 8, ... fp32 values beyond the
-exact one; the scale byte rounded the wrong way on every, every 4th, ..., every 256th group),
-so the harness can report the smallest fault each clause's tests detect. Controls are kernels
+A family is one fault at growing sizes, listed smallest first (a reciprocal 2, 3, 4, 8, ...
+fp32 values beyond the exact one; the scale byte rounded the wrong way on every 256th, ..., every
+4th, every group), so the harness can report the smallest fault each clause's tests detect. Controls are kernels
 at the edge of what the spec admits (a reciprocal at the far end of the ulp PTX states): they
 must conform, and each says why (``breaks=False``).
 
@@ -81,7 +81,7 @@ def _weight() -> list[Mutant]:
             "as its upper neighbour")
     for fault in ("e4m3-ties-away", "e4m3-ties-odd"):
         add("NVFP4-E4M3-2", fault, 0, "every tie", "E4M3 ties rounded away / to odd", DTYPES)
-    for p in (1, 2, 4, 16, 64, 256):
+    for p in (256, 64, 16, 4, 2, 1):  # the rarest fault first
         add("NVFP4-E4M3-2", "wrong-way-fraction", p, f"1 in {p} groups", "the initial byte "
             "rounded the wrong way on a fraction of the groups", DTYPES)
     add("NVFP4-E4M3-2", "no-satfinite", 0, "above 464", "no saturation: 0x7F (NaN) above 464")
@@ -206,7 +206,7 @@ def _activation() -> list[Mutant]:
         "truncated to E4M3, not rounded")
     add("NVFP4-ACT-2", "fast-math", "byte-floor", 0, "tiny groups", "the weights' 0x01 floor "
         "applied")
-    for p in (1, 4, 16, 64):
+    for p in (64, 16, 4, 1):
         add("NVFP4-ACT-2", "fast-math", "wrong-way-fraction", p, f"1 in {p} groups", "the byte "
             "rounded the wrong way on a fraction of the groups")
     add("NVFP4-ACT-3", "fast-math", "ties-away", 0, "every tie", "E2M1 ties away from zero")
@@ -220,7 +220,7 @@ def _activation() -> list[Mutant]:
         add("NVFP4-ACT-6", "exact", "sf-ulps", k, f"{k} ulps", "SF moved k fp32 ulps")
         add("NVFP4-ACT-7", "torchao", "sf-ulps", k, f"{k} ulps", "the block scale moved k "
             "fp32 ulps", ("float32", "bfloat16"))
-    for p in (1, 16):
+    for p in (16, 1):
         add("NVFP4-ACT-6", "exact", "wrong-way-fraction", p, f"1 in {p} groups", "the byte "
             "rounded the wrong way on a fraction of the groups")
     add("NVFP4-ACT-6", "exact", "ties-away", 0, "every tie", "E2M1 ties away from zero")
@@ -340,7 +340,7 @@ def _stochastic() -> list[Mutant]:
     add("NVFP4-SR-6", None, 0, "none", "the carry rule, its stream hidden", random_bits="hidden",
         breaks=False, why="a correct kernel whose stream is hidden: the acceptance test admits "
         "it but with probability at most 7e-7 a call (NVFP4-SR-6), and its seeds are fixed")
-    for k in (1, 4, 16, 64, 256):
+    for k in (256, 64, 16, 4, 1):  # a family's smallest fault first: the rarest
         add("NVFP4-SR-2", "nearest", k, f"1 in {k} elements", "rounded to nearest instead of "
             "stochastically on 1 in k elements")
         add("NVFP4-SR-2", "dropped-carry", k, f"1 in {k} elements", "a carry into the next "
@@ -359,7 +359,7 @@ def _stochastic() -> list[Mutant]:
                         ("inf-not-saturated", "-Inf written +6 (its sign lost)"),
                         ("big-random", "|v| >= 6 rounded down to 4 when r < 128")):
         add("NVFP4-SR-3", fault, 1, "one special", what)
-    for k in (1, 4, 16, 64):
+    for k in (64, 16, 4, 1):
         add("NVFP4-SR-4", "slots-exchanged", k, f"1 in {k} words", "bytes 1 and 2 of 1 in k "
             "words exchanged before routing (1 in 1: ptx-e2m1x4's routing)")
     for routing in ("ptx-e2m1x4", "sm103a"):
@@ -380,7 +380,7 @@ def _stochastic() -> list[Mutant]:
             "fmaf-nearest": "a hidden stream carrying as fmaf to nearest",
             "seed-ignored": "a hidden stream that ignores the seed"}[fault],
             random_bits="hidden")
-    for k in (1, 2, 4, 8, 16):
+    for k in (16, 8, 4, 2, 1):
         add("NVFP4-SR-6", "nearest", k, f"1 in {k} elements", "a hidden stream rounding to "
             "nearest on 1 in k elements", random_bits="hidden")
     add("NVFP4-SR-6", "nearest", 32, "1 in 32 elements", "a hidden stream rounding to nearest "
@@ -410,7 +410,7 @@ def _rht() -> list[Mutant]:
             "plain 0, another): it must conform")
     for bit in (0, 5, 15):
         add("NVFP4-RHT-1", "sign-flipped", bit, f"sign {bit}", "one sign of the vector flipped")
-    for k in (1, 4, 16):
+    for k in (16, 4, 1):
         add("NVFP4-RHT-1", "signs-on-some-blocks", k, f"1 in {k} blocks", "sign 0 flipped on 1 "
             "in k blocks")
         add("NVFP4-RHT-2", "no-bf16", k, f"1 in {k} blocks", "the bfloat16 rounding skipped "
@@ -439,10 +439,10 @@ def _tile() -> list[Mutant]:
 
     add("NVFP4-2D-1", None, 0, "none", "the tile recipe without a fault", breaks=False,
         why="one exact-recipe byte per 16 x 16 tile: it must conform")
-    for k in (1, 2, 4, 8, 12, 15):
+    for k in (15, 12, 8, 4, 2, 1):  # 15 of 16 rows: the smallest fault
         add("NVFP4-2D-2", "first-rows", k, f"{k} of 16 rows", "the tile's amax over its first "
             "k rows only")
-    for k in (1, 2, 4):
+    for k in (4, 2, 1):
         add("NVFP4-2D-2", "per-group", k, f"1 in {k} tile rows", "1D (1 x 16) scaling on 1 in "
             "k tile rows")
         add("NVFP4-2D-1", "neighbour-tile", k, f"1 in {k} tiles", "a tile scaled by its right "
