@@ -47,10 +47,10 @@ def test_the_catalogue_covers_every_clause_a_kernel_can_break():
     assert max(len(v) for v in families.values()) >= 7
 
 
-@pytest.mark.extended  # two hscale conform sessions, about 25 s; the sweep is the tool's run
+@pytest.mark.extended  # four hscale conform sessions, about 16 s; the sweep is the tool's run
 def test_a_handful_of_mutants_end_to_end(tmp_path):
     ids = ["a-fast-math-rcp-six-down-2-bf16", "a-fast-math-rcp-six-down-1-bf16",
-           "g-split-k-slice0-2-nvfp4-f32"]
+           "g-split-k-slice0-2-nvfp4-f32", "s-dropped-carry-256-straight-f32"]
     results = tmp_path / "results.json"
     done = subprocess.run([sys.executable, str(TOOL), "--ids", ",".join(ids), "--results",
                            str(results), "--no-docs"], capture_output=True, text=True,
@@ -61,8 +61,9 @@ def test_a_handful_of_mutants_end_to_end(tmp_path):
     assert got[ids[0]]["verdict"] == "does not conform" and got[ids[0]]["named"], got[ids[0]]
     assert got[ids[1]]["verdict"] == "conforms", got[ids[1]]
     assert got[ids[2]]["verdict"] == "does not conform" and got[ids[2]]["named"], got[ids[2]]
+    assert got[ids[3]]["verdict"] == "does not conform" and got[ids[3]]["named"], got[ids[3]]
     assert stored["score"]["score"] == 1.0 and stored["score"]["controls_refused"] == []
-    assert "score 2/2" in done.stdout
+    assert "score 3/3" in done.stdout
 
 
 def test_the_report_names_every_survivor_and_refused_control():
