@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from hscale.judge.stochastic import StochasticCase
 from hscale.judge.stochastic_builders import (cell_sweep_case, cell_values, false_carry_case,
-                                              false_carry_values, specials_case)
+                                              false_carry_values, lane_values, specials_case)
 from hscale.reference.random_bits import PER_WORD
 
 
@@ -39,10 +39,15 @@ def test_no_carry_just_below_a_boundary(stochastic_checker):
 
 
 @pytest.mark.clause("NVFP4-SR-5")
-@pytest.mark.parametrize("which", ["cells", "boundaries"])
+@pytest.mark.parametrize("which", ["cells", "boundaries", "lanes"])
 def test_unbiased_by_exhaustion(stochastic_checker, which):
     """Every element rounds up D_top times over the 256 words b * 0x01010101, whatever the
-    kernel's routing (a model-free check)."""
+    kernel's routing (a model-free check). ``lanes``: 4,096 elements, none on a grid point, so
+    that a bias confined to a few positions (one lane in 256) shows."""
+    if which == "lanes":
+        x = lane_values()
+        stochastic_checker.exhaust(x, f"{x.size} elements of {x.shape[0]} rows ({which})")
+        return
     values = cell_values() if which == "cells" else false_carry_values()[::8]
     x = np.repeat(np.asarray(values, np.float32), PER_WORD)[None]
     stochastic_checker.exhaust(x, f"{len(values)} values ({which})")

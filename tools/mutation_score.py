@@ -45,7 +45,7 @@ DOC = REPOSITORY / "docs" / "conformance.md"
 BEGIN, END = "<!-- mutation-table:begin", "<!-- mutation-table:end -->"
 PROFILE = ["-p", "mutant_kernels.profile", "--hypothesis-profile", "mutation-ci"]
 #: Mutants per ``hscale conform`` session (one session's imports and collection are shared).
-CHUNK = {"weight": 6, "activation": 10, "gemm": 10}
+CHUNK = {"weight": 6, "activation": 10, "gemm": 10, "stochastic": 10, "rht": 10, "tile": 10}
 #: What the suite cannot see through a kernel's output, and why (the table's last section).
 UNSEEN = {
     "NVFP4-DEQ-1": "weight: the dequantized values are the judges' own product of the codes, "
@@ -86,7 +86,7 @@ def sessions(mutants) -> list[tuple[tuple, list]]:
         out += [(key, members[k:k + size]) for k in range(0, len(members), size)]
     # the mutants that break a contract first, the cheapest kinds first, the controls (each a
     # kind's whole suite) last: a sweep cut short has measured the most mutants it could
-    cost = {"gemm": 0, "activation": 1, "weight": 2}
+    cost = {"gemm": 0, "tile": 0, "rht": 0, "stochastic": 0, "activation": 1, "weight": 2}
     return sorted(out, key=lambda item: (item[0][1] is None, cost[item[0][0]]))
 
 
@@ -259,6 +259,12 @@ def _provenance(meta, measured: int) -> list[str]:
     lines = [f"Measured from commit `{meta.get('commit', 'unknown')}`, the kit installed at "
              f"`{meta['location']}`, by `{meta['command']}`: {meta['seconds']} s wall, "
              f"{meta['cpu_seconds']} s CPU (the `hscale conform` sessions, user + system)."]
+    for update in meta.get("updates", []):
+        lines.append(f"Then the {update['mutants']} mutants of the kinds "
+                     f"{', '.join(update['kinds'])} measured from commit `{update['commit']}` "
+                     f"(hscale {update['hscale']}) by `{update['command']}`: "
+                     f"{update['seconds']} s wall, {update['cpu_seconds']} s CPU; their results "
+                     f"replace any earlier ones.")
     total = meta.get("catalogue")
     if total and measured < total:
         lines.append(f"**A partial sweep**: {measured} of the catalogue's {total} mutants "
@@ -278,8 +284,9 @@ def main(argv=None) -> int:
                         help="the interpreter whose installed kit runs hscale conform")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--select", default=None,
-                        help="only the mutants whose id contains this, of this clause or kind, "
-                             "or the controls ('controls')")
+                        help="only the mutants of this kind, or of this clause, or whose id "
+                             "contains this, or the controls ('controls'); several, "
+                             "comma-separated")
     parser.add_argument("--ids", default=None,
                         help="only these mutants (comma-separated ids)")
     parser.add_argument("--results", type=Path, default=RESULTS)
@@ -290,9 +297,11 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=int, default=3600, help="seconds per session")
     args = parser.parse_args(argv)
     every = catalogue()
-    chosen = [m for m in every.values() if args.select is None or args.select in m.ident
-              or args.select == m.clause or args.select == m.kind
-              or args.select == "controls" and not m.breaks]
+    wanted = None if args.select is None else args.select.split(",")
+    kinds = {m.kind for m in every.values()}
+    chosen = [m for m in every.values() if wanted is None or any(
+        w == m.kind if w in kinds else  # a kind's name selects that kind only
+        w in m.ident or w == m.clause or w == "controls" and not m.breaks for w in wanted)]
     if args.ids:
         wanted = args.ids.split(",")
         unknown = [i for i in wanted if i not in every]
@@ -318,17 +327,21 @@ def main(argv=None) -> int:
             now = {**meta, "seconds": round(time.time() - start),
                    "cpu_seconds": round(cpu_seconds())}
             merged = measured
-            if stored is not None:  # a partial run updates the stored results
+            if stored is not None:  # a partial run updates the stored results and says so
                 merged = {**stored["results"], **measured}
-                now = {**stored["meta"], **{k: v for k, v in now.items()
-                                            if k not in ("seconds", "cpu_seconds", "command")}}
+                update = {k: now[k] for k in ("commit", "hscale", "command", "seconds",
+                                              "cpu_seconds")}
+                update["kinds"] = sorted({m.kind for m in chosen})
+                update["mutants"] = len(chosen)
+                now = {**stored["meta"], "catalogue": len(every),
+                       "updates": [*stored["meta"].get("updates", []), update]}
             args.results.write_text(json.dumps({"meta": now, "score": score(
                 [every[i] for i in merged if i in every], merged), "results": merged},
                 indent=1, sort_keys=True) + "\n")
             return merged, now
 
         results, meta = save(measure(chosen, args.python, args.workers, args.timeout, save))
-    measured = [every[i] for i in results if i in every]
+    measured = [m for m in every.values() if m.ident in results]  # the catalogue's order
     summary = score(measured, results)
     print(f"score {summary['killed']}/{summary['breaking']} ({summary['score']}); survivors "
           f"{summary['survivors']}; controls refused {summary['controls_refused']}")

@@ -4,7 +4,8 @@ and axis.
 
 A result is first compared with what the reference makes of the same input under the
 declared options and under each single departure from them, so that a finding names the rule
-broken: another sign vector or axis (NVFP4-RHT-1), the transformed values rounded otherwise
+broken: another sign vector (a plain one, TransformerEngine's, or the declared one with one sign
+flipped) or axis (NVFP4-RHT-1), the transformed values rounded otherwise
 (NVFP4-RHT-2), the global amax taken before the transform (NVFP4-RHT-3); anything else is
 judged by the activation judge on the transformed values under the profile's recipe (its
 findings cited as NVFP4-RHT-3, with the recipe's clause in their text).
@@ -76,7 +77,9 @@ def _same(observed: ObservedActivations, result) -> bool:
 def departures(case: RhtCase, domain: RhtDomain) -> list[tuple[str, str, object]]:
     """``(clause, what, result)`` for each single departure from the declared options."""
     out = []
-    for mask in sorted({0, TE_SIGN_MASK, domain.mask ^ 0x0001} - {domain.mask}):
+    # a plain transform, TransformerEngine's vector, and the declared one with one sign flipped
+    flips = {domain.mask ^ (1 << i) for i in range(16)}
+    for mask in sorted({0, TE_SIGN_MASK, *flips} - {domain.mask}):
         out.append(("NVFP4-RHT-1", f"the sign mask 0x{mask:04X}, not the declared "
                     f"0x{domain.mask:04X}", quantize_rht(case.x, mask=mask,
                                                          profile=domain.profile,

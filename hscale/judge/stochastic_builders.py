@@ -34,6 +34,19 @@ def cell_values() -> list[float]:
     return values
 
 
+#: The block of the wide exhaustion: 4,096 elements (32 rows of 128), a thread block's lanes.
+LANES = (32, 128)
+
+
+def lane_values() -> np.ndarray:
+    """The values of :func:`cell_values` whose ``D_top`` is not 0, cycled over a :data:`LANES`
+    block: whatever few positions a fault is confined to (one lane in 256), each holds a value
+    that must round up on some bytes and down on others (NVFP4-SR-5)."""
+    tops = [top for _ in E2M1_MAGNITUDES[:-1] for top, _ in SWEEP_POINTS for _ in (0, 1)]
+    values = [v for v, top in zip(cell_values(), tops) if top]
+    return np.resize(np.asarray(values, np.float32), LANES)
+
+
 def every_byte_rows(values) -> tuple[np.ndarray, np.ndarray]:
     """Four values to a row, each row 256 words ``b * 0x01010101`` (b = 0 .. 255), the row's four
     values repeated under each word, so that every value meets every byte in its slot."""

@@ -75,3 +75,17 @@ def test_a_plain_kernel_conforms_when_it_declares_so():
     assert diagnose_rht(case, observed, RhtDomain(mask=0)).ok
     assert {f.clause for f in diagnose_rht(case, observed, RhtDomain()).findings} == \
         {"NVFP4-RHT-1"}
+
+
+@pytest.mark.clause("NVFP4-RHT-1")
+@pytest.mark.parametrize("bit", [1, 5, 15])
+def test_any_one_sign_flipped_is_named_as_the_sign_vector(bit):
+    """A kernel whose vector differs from the declared one in sign ``bit`` (implemented with
+    that mask, judged under TE's): the finding names NVFP4-RHT-1 and the mask it used, not the
+    recipe's arithmetic (NVFP4-RHT-3)."""
+    x = _x()
+    used = TE_SIGN_MASK ^ (1 << bit)
+    observed, _ = observe_rht(Rht(used).quantize_rht(x), (48, 32))
+    findings = diagnose_rht(RhtCase(x), observed, RhtDomain()).findings
+    assert [f.clause for f in findings] == ["NVFP4-RHT-1"]
+    assert f"the sign mask 0x{used:04X}, not the declared 0xD7E8" in findings[0].text

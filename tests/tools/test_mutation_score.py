@@ -2,7 +2,7 @@
 certificate means"), kept honest in the default tier: its catalogue covers every clause a
 kernel's output can break (the others are listed with why not), and a handful of its mutants
 run end to end through hscale conform: the killed are killed naming their clause, the control
-conforms. The whole sweep (545 mutants, about 1.5 hours) is the tool's own run."""
+conforms. The whole sweep (641 mutants, about 25 minutes) is the tool's own run."""
 
 from __future__ import annotations
 
@@ -47,10 +47,10 @@ def test_the_catalogue_covers_every_clause_a_kernel_can_break():
     assert max(len(v) for v in families.values()) >= 7
 
 
-@pytest.mark.extended  # two hscale conform sessions, about 25 s; the sweep is the tool's run
+@pytest.mark.extended  # four hscale conform sessions, about 16 s; the sweep is the tool's run
 def test_a_handful_of_mutants_end_to_end(tmp_path):
     ids = ["a-fast-math-rcp-six-down-2-bf16", "a-fast-math-rcp-six-down-1-bf16",
-           "g-split-k-slice0-2-nvfp4-f32"]
+           "g-split-k-slice0-2-nvfp4-f32", "s-dropped-carry-256-straight-f32"]
     results = tmp_path / "results.json"
     done = subprocess.run([sys.executable, str(TOOL), "--ids", ",".join(ids), "--results",
                            str(results), "--no-docs"], capture_output=True, text=True,
@@ -61,8 +61,9 @@ def test_a_handful_of_mutants_end_to_end(tmp_path):
     assert got[ids[0]]["verdict"] == "does not conform" and got[ids[0]]["named"], got[ids[0]]
     assert got[ids[1]]["verdict"] == "conforms", got[ids[1]]
     assert got[ids[2]]["verdict"] == "does not conform" and got[ids[2]]["named"], got[ids[2]]
+    assert got[ids[3]]["verdict"] == "does not conform" and got[ids[3]]["named"], got[ids[3]]
     assert stored["score"]["score"] == 1.0 and stored["score"]["controls_refused"] == []
-    assert "score 2/2" in done.stdout
+    assert "score 3/3" in done.stdout
 
 
 def test_the_report_names_every_survivor_and_refused_control():
@@ -124,3 +125,36 @@ def test_a_sweep_cut_short_keeps_what_it_measured(tmp_path, monkeypatch):
     assert f"Measured from commit `{meta['commit']}`" in text
     assert f"by `{meta['command']}`" in text
     assert f"**A partial sweep**: 5 of the catalogue's {len(MUTANTS)} mutants" in text
+
+
+def test_a_partial_run_records_its_kinds_beside_the_full_sweep(tmp_path, monkeypatch):
+    """A run of some kinds (--select, comma-separated; a kind's name selects that kind only)
+    merges its results into the stored ones, keeps the full sweep's commit and command, and
+    records its own kinds, commit and command as an update that the table states. (Sessions
+    stubbed.)"""
+    tool = _tool()
+    MUTANTS = tool.catalogue()  # noqa: N806
+    monkeypatch.setattr(tool, "run_session", lambda python, work, key, members, timeout: {
+        m.ident: {"verdict": "does not conform" if m.breaks else "conforms", "named": m.breaks}
+        for m in members})
+    results = tmp_path / "results.json"
+    full = {"commit": "0000001", "command": "python tools/mutation_score.py", "hscale": "x",
+            "location": "/x", "python": "3", "seconds": 10, "cpu_seconds": 9,
+            "catalogue": 548}
+    results.write_text(json.dumps({"meta": full, "results": {
+        "w-tie-flip-3-f32": {"verdict": "does not conform", "named": True}}}))
+    assert tool.main(["--select", "tile,rht", "--results", str(results), "--no-docs",
+                      "--workers", "1"]) == 0
+    stored = json.loads(results.read_text())
+    chosen = {i for i, m in MUTANTS.items() if m.kind in ("tile", "rht")}
+    assert set(stored["results"]) == chosen | {"w-tie-flip-3-f32"}
+    meta = stored["meta"]
+    assert (meta["commit"], meta["command"], meta["seconds"]) == ("0000001", full["command"], 10)
+    assert meta["catalogue"] == len(MUTANTS)
+    [update] = meta["updates"]
+    assert update["kinds"] == ["rht", "tile"] and update["mutants"] == len(chosen)
+    assert update["command"] == "python tools/mutation_score.py --select tile,rht --results " \
+        f"{results} --no-docs --workers 1"
+    text = tool.markdown([MUTANTS[i] for i in stored["results"]], stored["results"], meta)
+    assert (f"Then the {len(chosen)} mutants of the kinds rht, tile measured from commit "
+            f"`{update['commit']}`") in text
