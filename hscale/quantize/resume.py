@@ -79,9 +79,13 @@ class ResumableOutput(OutputDirectory):
                     continue
                 if _pid_alive(pid, partial) or state.get("fingerprint") != print_id:
                     continue
-                held = parent / hidden_name(target.name, f"resume-{secrets.token_hex(4)}")
+                # held under this process's partial name: out of reach of the stale-partial
+                # cleanup while it runs, and adopted by the next run if this one is killed
+                # before the output takes it over (a name of its own was lost work then)
+                held = parent / hidden_name(target.name,
+                                            f"partial-{os.getpid()}-{secrets.token_hex(4)}")
                 original = partial
-                os.rename(partial, held)  # out of reach of the stale-partial cleanup
+                os.rename(partial, held)
                 self.state = state
                 break
         try:
