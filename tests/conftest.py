@@ -61,6 +61,9 @@ def pytest_collection_modifyitems(config, items):
         for prefix, (tier, _) in SUITE_TIERS.items():
             if item.nodeid.startswith(prefix):
                 item.add_marker(getattr(pytest.mark, tier))
+    # the tests reading the self-tests' runs last: the runs are built in the background while
+    # the others run (selftest_runs_started)
+    items.sort(key=uses_selftest_runs)
     left_out: dict[str, int] = {}
     kept = []
     for item in items:
@@ -160,16 +163,28 @@ def zoo():
     return ModelZoo()
 
 
-@pytest.fixture(scope="session")
-def selftest_runs(tmp_path_factory, request):
-    """Every subprocess run of the self-tests (mutants, adapters), started together, once per
-    session whatever the xdist workers (tests/helpers/shared.py); the extended ones only when
-    asked for (``pytest -m extended``)."""
-    from helpers.selftest import all_runs
-    from helpers.shared import once_per_session
-    extended = "extended" in (request.config.getoption("-m") or "")
-    return once_per_session(tmp_path_factory, "selftest",
+def uses_selftest_runs(item) -> bool:
+    return "selftest_runs" in getattr(item, "fixturenames", ())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def selftest_runs_started(tmp_path_factory, request):
+    """The self-tests' subprocess runs (mutants, adapters, vendor kernels; the extended ones
+    only when asked for, ``pytest -m extended``) started in the background by the first worker
+    of a session that has tests reading them, once per session (tests/helpers/shared.py)."""
+    if any(uses_selftest_runs(item) for item in request.session.items):
+        from helpers.selftest import all_runs
+        from helpers.shared import start_in_background
+        extended = "extended" in (request.config.getoption("-m") or "")
+        start_in_background(tmp_path_factory, "selftest",
                             lambda directory: all_runs(directory, extended=extended))
+
+
+@pytest.fixture(scope="session")
+def selftest_runs(tmp_path_factory, selftest_runs_started):
+    """Every run of the self-tests, once they are done."""
+    from helpers.shared import background_result
+    return background_result(tmp_path_factory, "selftest")
 
 
 def pytest_configure(config):

@@ -256,6 +256,7 @@ def test_experts_that_are_linear_modules_get_h_from_their_routed_tokens():
     assert "experts.3.gate_proj" not in h  # never ran: quantize_layer's fallback (h = 1)
 
 
+@pytest.mark.extended  # about 17 CPU s; the qwen2 bfloat16 pair above keeps the dtype's path
 def test_a_bfloat16_calibration_is_said_and_close_to_float32s(root, tmp_path):
     """``--calibration-dtype bfloat16``: the report says so, and h is the bfloat16 model's: not
     float32's bits, within bfloat16's precision of them in every Linear."""

@@ -1,6 +1,14 @@
 """A session fixture's value built once per test session, however many pytest-xdist workers
-run it: the first worker to ask builds it under a file lock in the session's shared temporary
-directory and keeps it there (pickled); the others wait for the lock and load it.
+run it, and built in the background while the tests that do not need it run.
+
+``start_in_background(tmp_path_factory, name, build)`` is called by every worker early (an
+autouse session fixture): the first to claim ``name`` (an exclusive create in the session's
+shared temporary directory) runs ``build(directory)`` in a thread and keeps its value there,
+pickled; the others do nothing. ``background_result(tmp_path_factory, name)`` waits for that
+value (the builder joins its thread; the others wait for the file) and returns it, or fails
+with the builder's error. The self-tests' subprocess runs are built so (minutes of CPU on two
+threads): the worker that builds them goes on running other tests meanwhile, and the tests that
+read them come last in the session (tests/conftest.py).
 
 (pytest-xdist's ``--dist loadgroup`` would send every test of a fixture to one worker, but with
 pytest 9.2 its group names no longer reach the scheduler: xdist sets ``item._nodeid``, which
@@ -11,12 +19,14 @@ from __future__ import annotations
 
 import os
 import pickle
+import threading
+import time
+import traceback
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable
 
-from filelock import FileLock
-
-T = TypeVar("T")
+#: name -> the thread building it in this process
+_BUILDS: dict[str, threading.Thread] = {}
 
 
 def session_root(tmp_path_factory) -> Path:
@@ -26,17 +36,47 @@ def session_root(tmp_path_factory) -> Path:
     return own.parent if os.environ.get("PYTEST_XDIST_WORKER") else own
 
 
-def once_per_session(tmp_path_factory, name: str, build: Callable[[Path], T]) -> T:
-    """``build(directory)`` once per session, its value shared by every worker."""
+def _files(tmp_path_factory, name: str) -> tuple[Path, Path, Path]:
     root = session_root(tmp_path_factory)
-    kept = root / f"{name}.pickle"
-    with FileLock(str(root / f"{name}.lock")):
-        if kept.is_file():
-            return pickle.loads(kept.read_bytes())
-        directory = root / name
-        directory.mkdir(exist_ok=True)
-        value = build(directory)
-        partial = kept.with_suffix(".partial")
-        partial.write_bytes(pickle.dumps(value))
-        partial.replace(kept)
-        return value
+    return root / f"{name}.claim", root / f"{name}.pickle", root / f"{name}.error"
+
+
+def start_in_background(tmp_path_factory, name: str, build: Callable[[Path], object]) -> bool:
+    """Start ``build`` in a thread of this process if no worker of the session has; True if
+    this process builds it."""
+    claim, kept, failed = _files(tmp_path_factory, name)
+    try:
+        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return name in _BUILDS
+
+    def run():
+        try:
+            directory = claim.parent / name
+            directory.mkdir(exist_ok=True)
+            partial = kept.with_suffix(".partial")
+            partial.write_bytes(pickle.dumps(build(directory)))
+            partial.replace(kept)
+        except BaseException:  # noqa: BLE001 - the waiting workers must see it, not hang
+            failed.write_text(traceback.format_exc())
+
+    _BUILDS[name] = threading.Thread(target=run, name=f"build-{name}", daemon=True)
+    _BUILDS[name].start()
+    return True
+
+
+def background_result(tmp_path_factory, name: str, timeout: float = 3600):
+    """The value ``start_in_background`` built, once it is there."""
+    claim, kept, failed = _files(tmp_path_factory, name)
+    if name in _BUILDS:
+        _BUILDS[name].join(timeout)
+    deadline = time.monotonic() + timeout
+    while not kept.is_file():
+        if failed.is_file():
+            raise RuntimeError(f"building {name!r} failed:\n{failed.read_text()}")
+        if not claim.is_file():
+            raise RuntimeError(f"{name!r} was never started (start_in_background)")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name!r} not built in {timeout} s")
+        time.sleep(0.5)
+    return pickle.loads(kept.read_bytes())
