@@ -12,7 +12,7 @@ This module imports nothing of the reference, so that the independent certificat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -73,3 +73,21 @@ def fp32_hex(value, prefix: str = "0x") -> str:
     (how findings and reports write an fp32 value; the vector files write their own words,
     ``hscale.vectors.hexio``)."""
     return f"{prefix}{int(np.array(float(value), dtype=np.float32).view(np.uint32)):08X}"
+
+
+@dataclass
+class Findings:
+    """A judgement's findings, in the order found (none: the result is the expected one); the
+    diagnosis of the kinds whose judges need nothing more (rht, tile)."""
+
+    findings: list = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def render(self, shown: int = 6) -> list[str]:
+        lines = ["  " + f.render() for f in self.findings[:shown]]
+        if len(self.findings) > shown:
+            lines.append(f"  ... and {len(self.findings) - shown} more")
+        return lines

@@ -13,7 +13,7 @@ findings cited as NVFP4-RHT-3, with the recipe's clause in their text).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from hscale.reference.rht_quantize import AXES, RECIPE_OF_PROFILE, quantize_rht,
 
 from .activation_domain import ObservedActivations
 from .activations import ActivationCase, diagnose_activations
-from .findings import Finding, fp32_hex
+from .findings import Finding, Findings, fp32_hex
 from .quantized_result import read_quantized
 
 
@@ -106,23 +106,8 @@ def departures(case: RhtCase, domain: RhtDomain) -> list[tuple[str, str, object]
     return out
 
 
-@dataclass
-class RhtDiagnosis:
-    findings: list = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.findings
-
-    def render(self, shown: int = 6) -> list[str]:
-        lines = ["  " + f.render() for f in self.findings[:shown]]
-        if len(self.findings) > shown:
-            lines.append(f"  ... and {len(self.findings) - shown} more")
-        return lines
-
-
-def diagnose_rht(case: RhtCase, observed: ObservedActivations, domain: RhtDomain) -> RhtDiagnosis:
-    diagnosis = RhtDiagnosis()
+def diagnose_rht(case: RhtCase, observed: ObservedActivations, domain: RhtDomain) -> Findings:
+    diagnosis = Findings()
     expected = quantize_rht(case.x, mask=domain.mask, profile=domain.profile, axis=domain.axis)
     if _same(observed, expected):
         return diagnosis

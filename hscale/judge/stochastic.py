@@ -18,7 +18,7 @@ test fixed in advance when its random stream is hidden (NVFP4-SR-6).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
@@ -30,7 +30,7 @@ from hscale.reference.stochastic_quantize import (StochasticResult, quantize_sto
                                                   scaled_products)
 from hscale.reference.stochastic_rounding import discarded_top_array
 
-from .findings import Finding, plural
+from .findings import Finding, Findings, plural
 
 RANDOM_BITS_MODES = ("given", "hidden")
 #: The word that gives every element the byte b under any byte-bijective routing.
@@ -135,14 +135,9 @@ def observe_stochastic(result, shape, scaling: str) -> tuple[ObservedStochastic 
 
 
 @dataclass
-class StochasticDiagnosis:
-    findings: list = field(default_factory=list)
+class StochasticDiagnosis(Findings):
     elements: int = 0
-    unlisted: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return not self.findings
+    unlisted: int = 0  # findings not listed (beyond the judge's limit), counted
 
     def render(self, shown: int = 6) -> list[str]:
         lines = ["  " + f.render() for f in self.findings[:shown]]

@@ -4,7 +4,7 @@ result for ``W^T`` must be the transpose of its result for ``W``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -12,7 +12,7 @@ from hscale.reference.activations import quantize_activations
 from hscale.reference.tile_scaling import TILE, quantize_2d, transposed
 
 from .activation_domain import ObservedActivations
-from .findings import Finding, fp32_hex
+from .findings import Finding, Findings, fp32_hex
 from .quantized_result import read_quantized
 
 
@@ -31,25 +31,10 @@ def observe_2d(result, shape) -> tuple[ObservedActivations | None, list]:
     return read_quantized(result, shape, "NVFP4-2D-1")
 
 
-@dataclass
-class TileDiagnosis:
-    findings: list = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.findings
-
-    def render(self, shown: int = 6) -> list[str]:
-        lines = ["  " + f.render() for f in self.findings[:shown]]
-        if len(self.findings) > shown:
-            lines.append(f"  ... and {len(self.findings) - shown} more")
-        return lines
-
-
-def diagnose_2d(case: TileCase, observed: ObservedActivations, limit: int = 20) -> TileDiagnosis:
+def diagnose_2d(case: TileCase, observed: ObservedActivations, limit: int = 20) -> Findings:
     """NVFP4-2D-1, bit for bit: the global scale, each tile's byte on every row of the tile,
     each code; a result that is the 1 x 16 scaling's says so."""
-    diagnosis = TileDiagnosis()
+    diagnosis = Findings()
     expected = quantize_2d(case.w)
     if np.float32(observed.global_scale) != np.float32(expected.global_scale):
         diagnosis.findings.append(Finding(
