@@ -22,6 +22,7 @@ gguf = pytest.importorskip("gguf", reason="GGUF imatrix files need the gguf pack
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from helpers.cli import hscale_here  # noqa: E402
 from helpers.paths import REPO_ROOT  # noqa: E402
 from helpers.gguf_models import write_gguf_model  # noqa: E402
 from helpers.llm_families import written  # noqa: E402
@@ -203,10 +204,9 @@ def test_a_file_that_does_not_fit_is_refused_in_one_line(tiny, tmp_path, case, m
     else:
         path = tmp_path / "x.dat"
         path.write_bytes((DATA / "tiny-llama.imatrix.dat").read_bytes()[:100])
-    run = subprocess.run([*HSCALE, "quantize", str(tiny["directory"]), "--imatrix", str(path),
-                          "--out", str(tmp_path / "out"), "--quiet"], capture_output=True,
-                         text=True)
-    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr[-2000:]
+    run = hscale_here(["quantize", tiny["directory"], "--imatrix", path,  # in this process
+                       "--out", tmp_path / "out", "--quiet"])
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr[-2000:] + run.trace
     assert message in run.stderr and not (tmp_path / "out").exists()
 
 
