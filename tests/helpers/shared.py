@@ -41,14 +41,13 @@ def _files(tmp_path_factory, name: str) -> tuple[Path, Path, Path]:
     return root / f"{name}.claim", root / f"{name}.pickle", root / f"{name}.error"
 
 
-def start_in_background(tmp_path_factory, name: str, build: Callable[[Path], object]) -> bool:
-    """Start ``build`` in a thread of this process if no worker of the session has; True if
-    this process builds it."""
+def start_in_background(tmp_path_factory, name: str, build: Callable[[Path], object]) -> None:
+    """Start ``build`` in a thread of this process if no worker of the session has."""
     claim, kept, failed = _files(tmp_path_factory, name)
     try:
         os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
-        return name in _BUILDS
+        return  # claimed already, by another worker or by this one
 
     def run():
         try:
@@ -62,7 +61,6 @@ def start_in_background(tmp_path_factory, name: str, build: Callable[[Path], obj
 
     _BUILDS[name] = threading.Thread(target=run, name=f"build-{name}", daemon=True)
     _BUILDS[name].start()
-    return True
 
 
 def background_result(tmp_path_factory, name: str, timeout: float = 3600):

@@ -19,6 +19,11 @@ import pytest
 from helpers.selftest import BF16_ALLOWANCES, BF16_SLIPS, ENGINES_ALLOWANCES, certificate_of, summary
 
 
+def full_model_outcomes(cert) -> dict:
+    """{test id: outcome} of a certificate's full-model tests (a vendor's full run has them)."""
+    return {n: o for n, o in cert["test_outcomes"].items() if "test_full_model[" in n}
+
+
 @pytest.mark.selftest
 @pytest.mark.clause("SUITE-ADAPTER-1")
 def test_an_independent_exact_rtn_conforms_under_exact(selftest_runs):
@@ -39,7 +44,7 @@ def test_an_independent_exact_rtn_conforms_under_exact_on_the_full_models(selfte
     assert cert["verdict"] == "conforms" and run.returncode == 0, (
         f"{summary(cert)}\n{run.output[-4000:]}")
     # judged on all three dtypes and the full models, not only on the quick subset
-    full = {n: o for n, o in cert["test_outcomes"].items() if "test_full_model[" in n}
+    full = full_model_outcomes(cert)
     rtn = {n: o for n, o in full.items() if re.search(r"-(minilm|tiny-decoder)-rtn-", n)}
     assert len(rtn) == 6 and set(rtn.values()) == {"passed"}, rtn
 
@@ -72,7 +77,7 @@ def test_a_bf16_swizzled_reciprocal_kernel_conforms_on_the_full_models(selftest_
     assert cert["verdict"] == "conforms" and run.returncode == 0, (
         f"{summary(cert)}\n{run.output[-4000:]}")
     # the full models ran, on bfloat16 weights; float32 and float16 are outside its domain
-    full = {n: o for n, o in cert["test_outcomes"].items() if "test_full_model[" in n}
+    full = full_model_outcomes(cert)
     ran = {n for n, o in full.items() if o == "passed"}
     assert any("minilm-rtn-bfloat16" in n for n in ran), full
     assert all(n.endswith("bfloat16]") for n in ran), ran
