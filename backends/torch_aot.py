@@ -26,6 +26,7 @@ import ctypes
 import hashlib
 import os
 import tempfile
+import warnings
 import weakref
 import zipfile
 from pathlib import Path
@@ -57,7 +58,11 @@ def build(torch, variant, settings: dict, package: Path) -> bool:
         if package.exists() and package.with_suffix(".so").exists():
             return False  # another process built it while this one waited
         with tempfile.TemporaryDirectory(dir=package.parent, prefix=".build-") as tmp:
-            with _inductor_scratch(Path(tmp) / "inductor"):
+            with _inductor_scratch(Path(tmp) / "inductor"), warnings.catch_warnings():
+                # torch's own export pickles its tree specs through a deprecated isinstance
+                # check (torch.utils._pytree's LeafSpec): its FutureWarning is no user's concern
+                warnings.filterwarnings("ignore", category=FutureWarning,
+                                        message=r".*LeafSpec.*")
                 program = export(torch, variant)
                 staged = Path(tmp) / package.name
                 torch._inductor.aoti_compile_and_package(program, package_path=str(staged),

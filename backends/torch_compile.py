@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import warnings
 from pathlib import Path
 
@@ -120,6 +121,20 @@ def say_once(reason: str) -> None:
                       RuntimeWarning, stacklevel=4)
 
 
+def say_building(package: Path) -> None:
+    """One line on stderr before a library is built: the first run on a machine spends a minute
+    or more here with its progress bar standing still, and should say why."""
+    line = (f"hscale torch backend: compiling the fused walk for this machine "
+            f"({package.stem.rsplit('-', 1)[0]}; once per torch version, one to three minutes "
+            f"of CPU; later runs load it from {package.parent})")
+    try:  # a progress bar may be drawn on stderr: tqdm puts the line above it
+        from tqdm import tqdm
+    except ImportError:
+        print(line, file=sys.stderr, flush=True)
+    else:
+        tqdm.write(line, file=sys.stderr)
+
+
 class CompiledWalk:
     """The fused walk compiled ahead of time (``torch_aot``), one library per (objective, init,
     device): the weighted objective serves rtn, scale-only and hscale, the block objective
@@ -148,6 +163,7 @@ class CompiledWalk:
                 except OSError:  # a damaged file: built afresh below
                     package.with_suffix(".so").unlink(missing_ok=True)
             if fn is None:
+                say_building(package)
                 if torch_aot.build(torch, variant, settings, package):
                     self.built.add(variant)
                 fn = torch_aot.load(torch, package, variant[2], workers)

@@ -338,10 +338,12 @@ def _fallback_warnings(backend, what) -> list:
             and "fused walk" in str(c.message)]
 
 
-def test_a_library_that_does_not_load_is_built_again(monkeypatch, tmp_path):
+def test_a_library_that_does_not_load_is_built_again(monkeypatch, tmp_path, capfd):
     """A damaged library in the cache (a truncated file) is not trusted: the walk is built
     again (here the build is refused, as on a machine without a compiler), the layer goes to
-    the eager path with the reference's bytes, and the backend says so once."""
+    the eager path with the reference's bytes, and the backend says so once. Before the build
+    one line on stderr says what the wait is for (a first run's progress bar stands still for a
+    minute or more)."""
     from hscale.backends import torch_aot
     monkeypatch.setenv("HSCALE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(torch_compile, "_WARNED", set())
@@ -363,6 +365,10 @@ def test_a_library_that_does_not_load_is_built_again(monkeypatch, tmp_path):
     assert not package.with_suffix(".so").exists()  # nor kept for build to find and trust
     assert len(said) == 1 and "no C++ compiler" in said[0], said
     assert "no C++ compiler" in backend.fused.disabled
+    notices = [line for line in capfd.readouterr().err.splitlines() if "compiling" in line]
+    assert notices == [f"hscale torch backend: compiling the fused walk for this machine "
+                       f"(walk-weighted-maxabs-cpu; once per torch version, one to three "
+                       f"minutes of CPU; later runs load it from {package.parent})"], notices
 
 
 def test_the_cache_directory_is_the_kits_and_keyed_by_torch_version(monkeypatch, tmp_path):
