@@ -379,6 +379,31 @@ def test_tiny_decoder_layers_and_calibration(tiny_pair):
         np.testing.assert_array_equal(ha[name], hb[name], err_msg=name)
 
 
+def test_logits_nobody_reads_are_not_computed(tiny_pair):
+    """Without lm_head among the collected layers the forward computes the last position's
+    logits only (logits_to_keep=1), and the other layers' h and amax are bit for bit those of a
+    pass that collects lm_head too (which must see, and count, every position)."""
+    a, _ = tiny_pair
+    batches = C.tiny_decoder_batches(C.calibration_texts()[:6], batch_size=3, max_length=40)
+    rows_seen = []
+    probe = a.lm_head.register_forward_hook(lambda m, args, out: rows_seen.append(out.shape[1]))
+    try:
+        body = TINY_NAMES[:-1]
+        stats_body, stats_all = {}, {}
+        h_body = C.collect_hessian_diag(a, batches, body, progress=False, stats=stats_body)
+        seen_body, rows_seen[:] = list(rows_seen), []
+        h_all = C.collect_hessian_diag(a, batches, TINY_NAMES, progress=False, stats=stats_all)
+        seen_all = list(rows_seen)
+    finally:
+        probe.remove()
+    assert seen_body == [1] * len(batches)
+    assert seen_all == [int(b["input_ids"].shape[1]) for b in batches]
+    assert stats_all["tokens"]["lm_head"] == sum(int(b["attention_mask"].sum()) for b in batches)
+    for name in body:
+        np.testing.assert_array_equal(h_body[name], h_all[name], err_msg=name)
+        assert stats_body["amax"][name] == stats_all["amax"][name], name
+
+
 def test_tied_lm_head_can_be_dropped():
     pytest.importorskip("transformers")
     tied = S.build_tiny_decoder(seed=0, config={"tie_word_embeddings": True, "num_hidden_layers": 1})
