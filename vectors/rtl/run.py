@@ -680,14 +680,8 @@ def run_sr_bench(sim: str, bug: str = "none", out: Path | None = None,
     result = BenchResult("cocotb", sim, version or "", bug, unit="sr")
     result.check_command = " ".join(check_command(Path(vectors), Path("OBSERVED"),
                                                   ("--routing", "ROUTING", "--require-all")))
-    if bug not in SR_BUGS:
-        result.error = f"unknown bug {bug!r} of the SR unit; one of {', '.join(SR_BUGS)}"
-        return result
-    if version is None:
-        result.error = f"{sim} is not installed (apt-get install -y {'iverilog' if sim == 'icarus' else 'verilator'})"
-        return result
-    if cocotb_version() is None:
-        result.error = "cocotb is not installed (pip install cocotb==1.8.1)"
+    result.error = _unavailable("cocotb", sim, version, bug, SR_BUGS)
+    if result.error:
         return result
     sets = discover_sr_sets(vectors)
     if not sets:
@@ -696,9 +690,17 @@ def run_sr_bench(sim: str, bug: str = "none", out: Path | None = None,
     out = Path(out or DEFAULT_OUT) / (f"sr-cocotb-{sim}" + ("" if bug == "none" else f"-{bug}"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "commands.txt").unlink(missing_ok=True)
+    return _completed(result, start, log, lambda: _run_sr_cocotb(
+        sim, sets, SR_BUGS[bug], out, jobs, log, Path(vectors)))
+
+
+# ---- one bench on one simulator ---------------------------------------------------------------------
+
+def _completed(result: BenchResult, start: float, log, run) -> BenchResult:
+    """``result`` with what ``run()`` gives (the set results, build seconds, notes to log), or
+    the error that stopped it, and the wall time since ``start``."""
     try:
-        result.sets, result.build_s, notes = _run_sr_cocotb(sim, sets, SR_BUGS[bug], out, jobs,
-                                                            log, Path(vectors))
+        result.sets, result.build_s, notes = run()
         for note in notes:
             log(f"  {note}")
     except (RuntimeError, subprocess.SubprocessError, OSError) as error:
@@ -707,7 +709,18 @@ def run_sr_bench(sim: str, bug: str = "none", out: Path | None = None,
     return result
 
 
-# ---- one bench on one simulator ---------------------------------------------------------------------
+def _unavailable(bench: str, sim: str, version: str | None, bug: str, bugs: dict) -> str:
+    """Why a bench cannot run at all (an unknown bug, a simulator or cocotb not installed), or
+    ""."""
+    if bug not in bugs:
+        return f"unknown bug {bug!r}; one of {', '.join(bugs)}"
+    if version is None:
+        return (f"{sim} is not installed (apt-get install -y "
+                f"{'iverilog' if sim == 'icarus' else 'verilator'})")
+    if bench == "cocotb" and cocotb_version() is None:
+        return "cocotb is not installed (pip install cocotb==1.8.1)"
+    return ""
+
 
 def run_bench(bench: str, sim: str, bug: str = "none", out: Path | None = None,
               vectors: Path = LEVEL0, sets: list[str] | None = None, jobs: int | None = None,
@@ -721,14 +734,8 @@ def run_bench(bench: str, sim: str, bug: str = "none", out: Path | None = None,
     version = simulators().get(sim)
     result = BenchResult(bench, sim, version or "", bug)
     result.check_command = " ".join(check_command(Path(vectors), Path("OBSERVED")))
-    if bug not in BUGS:
-        result.error = f"unknown bug {bug!r}; one of {', '.join(BUGS)}"
-        return result
-    if version is None:
-        result.error = f"{sim} is not installed (apt-get install -y {'iverilog' if sim == 'icarus' else 'verilator'})"
-        return result
-    if bench == "cocotb" and cocotb_version() is None:
-        result.error = "cocotb is not installed (pip install cocotb==1.8.1)"
+    result.error = _unavailable(bench, sim, version, bug, BUGS)
+    if result.error:
         return result
     chosen = []
     for vs in discover_sets(vectors):
@@ -748,15 +755,9 @@ def run_bench(bench: str, sim: str, bug: str = "none", out: Path | None = None,
     if not chosen:
         result.error = "no set to run"
         return result
-    try:
-        runner = _run_sv if bench == "sv" else _run_cocotb
-        result.sets, result.build_s, notes = runner(sim, chosen, BUGS[bug], out, jobs, log)
-        for note in notes:
-            log(f"  {note}")
-    except (RuntimeError, subprocess.SubprocessError, OSError) as error:
-        result.error = str(error)
-    result.wall_s = time.monotonic() - start
-    return result
+    runner = _run_sv if bench == "sv" else _run_cocotb
+    return _completed(result, start, log,
+                      lambda: runner(sim, chosen, BUGS[bug], out, jobs, log))
 
 
 # ---- report -------------------------------------------------------------------------------------------
@@ -802,7 +803,7 @@ def main(argv=None) -> int:
     parser.add_argument("--bench", choices=("sv", "cocotb", "both"), default="both")
     parser.add_argument("--sim", choices=("icarus", "verilator", "all"), default="all",
                         help="simulator (default: every one installed)")
-    parser.add_argument("--bug", choices=tuple(BUGS) + tuple(set(SR_BUGS) - {"none"}),
+    parser.add_argument("--bug", choices=tuple(BUGS) + tuple(b for b in SR_BUGS if b not in BUGS),
                         default="none",
                         help="planted RTL bug (default none: the conforming design); an sr-* "
                              "bug is the stochastic-rounding unit's (its cocotb bench only)")
@@ -823,10 +824,10 @@ def main(argv=None) -> int:
     print(f"cocotb: {cocotb_version() or 'NOT INSTALLED'}")
     # the quantizer's benches, unless the bug is the SR unit's; the SR unit's cocotb bench with
     # --bench cocotb, unless the bug is the quantizer's or --sets names no stochastic set
-    quantizer = args.bug in BUGS and (
-        not args.sets or any(not name.startswith("sr_") for name in args.sets))
+    quantizer_sets = [name for name in args.sets or () if not name.startswith("sr_")]
+    quantizer = args.bug in BUGS and (not args.sets or bool(quantizer_sets))
     sr = "cocotb" in benches and args.bug in SR_BUGS and (
-        not args.sets or any(name.startswith("sr_") for name in args.sets))
+        not args.sets or len(quantizer_sets) < len(args.sets))
     if not quantizer and not sr:
         print(f"nothing to run: --bug {args.bug} is planted in the SR unit, whose bench is the "
               "cocotb one (--bench cocotb)" if args.bug in SR_BUGS and args.bug != "none" else
@@ -838,8 +839,8 @@ def main(argv=None) -> int:
         for sim in sims:
             if quantizer:
                 print(f"-- {bench} bench on {sim}")
-                result = run_bench(bench, sim, args.bug, args.out, args.vectors, args.sets,
-                                   args.jobs)
+                result = run_bench(bench, sim, args.bug, args.out, args.vectors,
+                                   quantizer_sets or None, args.jobs)
                 report(result)
                 results.append(result)
             if sr and bench == "cocotb":
