@@ -4,6 +4,8 @@ Runs the machinery of vectors/rtl/run.py (loaded from its file path: vectors/rtl
 Python package): every level-0 parameter set through the plain SystemVerilog bench and the
 cocotb bench, under each simulator installed (Icarus Verilog, Verilator), judged by
 `hscale vectors check`; then each planted RTL bug must make check fail, citing its clause.
+The stochastic-rounding unit's cocotb bench (run_sr_bench) runs the stochastic sets under
+every routing profile, with its own planted bugs.
 A simulator that is not installed skips its tests with a one-line reason; nothing passes
 without running.
 """
