@@ -30,8 +30,8 @@ from hscale.reference.packing import (pack_codes, swizzle_scale_bytes, swizzle_s
                                       unpack_codes)
 
 from . import hexio
-from .domains import outside_line
-from .families import SetChoice, coverage
+from .domains import ActivationVectorDomain
+from .families import DomainOption, SetChoice, coverage
 from .group_lines import assembled, read_group_lines
 from .activation_catalogue import level0_cases  # noqa: F401 - the family's cases
 
@@ -45,7 +45,14 @@ CHOICE = SetChoice(
     "(docs/spec.md section 8); the observed file then holds 'CASE row group scale_byte "
     "packed_hex' and 'CASE gs g_hex' lines of activation cases",
     "write what a run-time activation kernel of this recipe produces for the activation sets "
-    "(act_*) instead of the weight sets")
+    "(act_*) instead of the weight sets",
+    (DomainOption("--dtypes", "LIST",
+                  "with --recipe: the input dtypes the kernel takes, comma-separated (default "
+                  "float32,float16,bfloat16); --require-all asks only for the cases it can run"),
+     DomainOption("--global-scale", "LIST",
+                  "with --recipe: static, dynamic or both, as the kernel declares (default "
+                  "static: the dynamic cases are not required)")),
+    ActivationVectorDomain.parse)
 CONVENTIONS = {
     "x": "the activations, (tokens, n) row-major, each value the hex of its bits in the set's "
          "dtype, one string per token",
@@ -271,14 +278,15 @@ def expect_lines(cases, recipe: str, with_global_scale: bool = True) -> list[str
     return observed_lines(cases, recipe, with_global_scale)
 
 
-def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20,
+def check_lines(cases, lines: list[str], choice: str, max_errors: int = 20,
                 require_all: bool = False, declared=None) -> tuple[list, int]:
-    """``(report lines, errors)``: each case the observed lines cover, judged as a ``recipe``
-    kernel's result (hscale.judge.activations), TestFloat-style. The report says how many of
-    the vectors' groups the file held; a group it lacks is not judged (its expected result
-    stands in, so that the case's others can be), and with ``require_all`` each one missing is
-    an error, as ``hscale vectors check --require-all`` makes it for the weight sets: of the
+    """``(report lines, errors)``: each case the observed lines cover, judged as the result of
+    a kernel of the recipe ``choice`` (hscale.judge.activations), TestFloat-style. The report
+    says how many of the vectors' groups the file held; a group it lacks is not judged (its
+    expected result stands in, so that the case's others can be), and with ``require_all``
+    each one missing is an error, as ``hscale vectors check --require-all`` makes it for the weight sets: of the
     cases of the ``declared`` domain (``hscale.vectors.domains``; None: every case)."""
+    recipe = choice
     by_id = {case.id: case for case in cases}
     seen = read_group_lines(lines, set(by_id), "activation", "hscale vectors expect --recipe R")
     report, errors = [], 0
@@ -302,14 +310,10 @@ def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20,
                 if finding.group is not None:
                     report.append(group_context(case, *finding.group))
     # --require-all asks for the declared domain's cases (vectors/domains.py), not all of them
-    required = [case for case in cases if declared is None or declared.holds(case)]
-    total = sum(case.shape[0] * (case.shape[1] // GROUP_SIZE) for case in required)
-    observed = sum(len(seen[case.id]["groups"]) for case in required if case.id in seen)
-    absent = [case.id for case in required if case.id not in seen]
-    lines, missing = coverage(observed, total, absent, "group", "activation vectors",
-                              require_all)
-    outside = [case.id for case in cases if case not in required]
-    return report + lines + outside_line(outside, declared), errors + missing
+    tail, missing = coverage(cases, {i: len(entry["groups"]) for i, entry in seen.items()},
+                             lambda case: case.shape[0] * (case.shape[1] // GROUP_SIZE),
+                             "group", "activation vectors", require_all, declared)
+    return report + tail, errors + missing
 
 
 def explain(file_name: str, case: ActivationCase, row: int, group: int) -> str:

@@ -25,8 +25,8 @@ from hscale.reference.float_formats import FLOAT32, float_format
 from hscale.reference.gemm import Nvfp4Tensor, decoded_units
 
 from . import hexio
-from .domains import outside_line
-from .families import SetChoice, coverage
+from .domains import GemmVectorDomain
+from .families import DomainOption, SetChoice, coverage
 from .formats import CONVENTIONS, dumps
 from .gemm import NVFP4_SET, WEIGHT_ONLY_SET, gemm_sets
 from .gemm_bookkeeping import BOOKKEEPING_SET, PatternOperand
@@ -41,7 +41,14 @@ CHOICE = SetChoice(
     "spec's), fp32-faithful, fp16, fp16-faithful, bf16, bf16-faithful (docs/spec.md section "
     "10); the observed file then holds 'CASE i j OUT_hex' lines, one per output element",
     "write what a GEMM of this accumulation model produces for the GEMM sets (gemm_*): the "
-    "spec's result, 'CASE i j OUT_hex' per element")
+    "spec's result, 'CASE i j OUT_hex' per element",
+    (DomainOption("--gemm-activations", "LIST",
+                  "with --gemm-model: the GEMM's first operands, comma-separated, of nvfp4, "
+                  "float32, bfloat16, float16, q8_0 (default nvfp4: the weight-only cases are "
+                  "not required)"),
+     DomainOption("--gemm-out-dtypes", "LIST",
+                  "with --gemm-model: the output dtypes it produces (default float32)")),
+    GemmVectorDomain.parse)
 FORMAT_VERSION = 1
 #: The accumulation models whose admissible intervals every GEMM vector lists.
 MODELS = ("fp32", "fp32-faithful", "fp16", "bf16")
@@ -403,15 +410,16 @@ def expect_lines(cases, model: str, with_global_scale: bool = True) -> list[str]
     return observed_lines(cases, model)
 
 
-def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20,
+def check_lines(cases, lines: list[str], choice: str, max_errors: int = 20,
                 require_all: bool = False, declared=None) -> tuple[list, int]:
     """``(report lines, errors)``: each case the observed lines cover, judged under the
-    accumulation model ``recipe`` (hscale.judge.gemm), TestFloat-style: each wrong output
+    accumulation model ``choice`` (hscale.judge.gemm), TestFloat-style: each wrong output
     element with its expected and observed bits and its finding. The report says how many of
     the vectors' output elements the file held; an element it lacks is not judged (its expected
     value stands in, so that the case's others can be), and with ``require_all`` each one
     missing is an error, as for the weight and activation sets: of the cases of the
     ``declared`` domain (``hscale.vectors.domains``; None: every case)."""
+    recipe = choice
     domain = GemmDomain(GemmModel.parse(recipe))
     by_id = {case.id: case for case in cases}
     report, errors = [], 0
@@ -435,14 +443,10 @@ def check_lines(cases, lines: list[str], recipe: str, max_errors: int = 20,
                               f"{finding.expected}\n  {finding.render()}")
         errors += diagnosis.unlisted.get("NVFP4-GEMM-7", 0)
     # --require-all asks for the declared domain's cases (vectors/domains.py), not all of them
-    required = [case for case in cases if declared is None or declared.holds(case)]
-    total = sum(case.shape[0] * case.shape[1] for case in required)
-    observed = sum(len(seen[case.id]) for case in required if case.id in seen)
-    absent = [case.id for case in required if case.id not in seen]
-    lines, missing = coverage(observed, total, absent, "output element", "GEMM vectors",
-                              require_all)
-    outside = [case.id for case in cases if case not in required]
-    return report + lines + outside_line(outside, declared), errors + missing
+    tail, missing = coverage(cases, {i: len(elements) for i, elements in seen.items()},
+                             lambda case: case.shape[0] * case.shape[1], "output element",
+                             "GEMM vectors", require_all, declared)
+    return report + tail, errors + missing
 
 
 def explain(file_name: str, case: GemmCase, i: int, j: int) -> str:

@@ -114,9 +114,12 @@ def expect_lines(cases, variant: str, with_global_scale: bool = True) -> list[st
     return lines
 
 
-def check_lines(cases, lines: list[str], variant: str, max_errors: int = 20,
-                require_all: bool = False) -> tuple[list, int]:
-    mask, profile = VARIANTS[variant]
+def check_lines(cases, lines: list[str], choice: str, max_errors: int = 20,
+                require_all: bool = False, declared=None) -> tuple[list, int]:
+    """``(report lines, errors)``: each case the observed lines cover judged as a kernel of the
+    variant ``choice`` (hscale.judge.rht); ``declared`` limits what ``require_all`` asks for
+    (``families.coverage``)."""
+    mask, profile = VARIANTS[choice]
     domain = RhtDomain(mask, profile, "columnwise")
     by_id = {case.id: case for case in cases}
     seen = read_group_lines(lines, set(by_id), "rht")
@@ -135,10 +138,9 @@ def check_lines(cases, lines: list[str], variant: str, max_errors: int = 20,
             errors += 1
             if errors <= max_errors:
                 report.append(f"{case_id} {finding.render()}")
-    total = sum(np.asarray(case.x).size // 16 for case in cases)
-    observed = sum(len(entry["groups"]) for entry in seen.values())
-    absent = [case.id for case in cases if case.id not in seen]
-    tail, missing = coverage(observed, total, absent, "group", "rht vectors", require_all)
+    tail, missing = coverage(cases, {i: len(entry["groups"]) for i, entry in seen.items()},
+                             lambda case: np.asarray(case.x).size // 16, "group", "rht vectors",
+                             require_all, declared)
     return report + tail, errors + missing
 
 

@@ -143,11 +143,12 @@ def expect_lines(cases, routing: str, with_global_scale: bool = True) -> list[st
     return lines
 
 
-def check_lines(cases, lines: list[str], routing: str, max_errors: int = 20,
-                require_all: bool = False) -> tuple[list, int]:
+def check_lines(cases, lines: list[str], choice: str, max_errors: int = 20,
+                require_all: bool = False, declared=None) -> tuple[list, int]:
     """``(report lines, errors)``: each case the observed lines cover (keyed by case id, or
-    ``sr_e2m1x4:K`` for the K-th case of the set), judged bit for bit as a ``routing`` kernel's
-    result (hscale.judge.stochastic)."""
+    ``sr_e2m1x4:K`` for the K-th case of the set), judged bit for bit as the result of a
+    kernel of the routing ``choice`` (hscale.judge.stochastic); ``declared`` limits what
+    ``require_all`` asks for (``families.coverage``)."""
     by_id = {case.id: case for case in cases}
     by_index = {f"{SET_NAME}:{k}": case.id for k, case in enumerate(cases)}
     seen: dict[str, dict] = {}
@@ -165,10 +166,10 @@ def check_lines(cases, lines: list[str], routing: str, max_errors: int = 20,
         seen.setdefault(words[0], {})[(int(words[1]), int(words[2]))] = [
             int(c, 16) for c in words[3]]
     report, errors = [], 0
-    domain = StochasticDomain("none", "given", routing)
+    domain = StochasticDomain("none", "given", choice)
     for case_id, quads in seen.items():
         case = by_id[case_id]
-        codes = case.expected_for("none", routing).codes.copy()
+        codes = case.expected_for("none", choice).codes.copy()
         rows, n = case.shape
         missing = 0
         for r in range(rows):
@@ -186,10 +187,9 @@ def check_lines(cases, lines: list[str], routing: str, max_errors: int = 20,
             if errors <= max_errors:
                 report.append(f"{case_id} {finding.render()}")
         errors += diagnosis.unlisted
-    total = sum(case.shape[0] * case.shape[1] // PER_WORD for case in cases)
-    observed = sum(len(quads) for quads in seen.values())
-    absent = [case.id for case in cases if case.id not in seen]
-    tail, missing = coverage(observed, total, absent, "word", "stochastic vectors", require_all)
+    tail, missing = coverage(cases, {i: len(quads) for i, quads in seen.items()},
+                             lambda case: case.shape[0] * case.shape[1] // PER_WORD, "word",
+                             "stochastic vectors", require_all, declared)
     return report + tail, errors + missing
 
 

@@ -97,8 +97,11 @@ def expect_lines(cases, recipe: str = "exact", with_global_scale: bool = True) -
     return lines
 
 
-def check_lines(cases, lines: list[str], recipe: str = "exact", max_errors: int = 20,
-                require_all: bool = False) -> tuple[list, int]:
+def check_lines(cases, lines: list[str], choice: str, max_errors: int = 20,
+                require_all: bool = False, declared=None) -> tuple[list, int]:
+    """``(report lines, errors)``: each case the observed lines cover (W under its id, W^T under
+    ``<id>-T``) judged as a 16 x 16 tile quantizer's (hscale.judge.tiles; ``choice``: its one
+    recipe, exact); ``declared`` limits what ``require_all`` asks for (``families.coverage``)."""
     by_id = {one.id: one for case in cases for one in (case, _flipped(case))}
     seen = read_group_lines(lines, set(by_id), "tile")
     report, errors = [], 0
@@ -116,10 +119,10 @@ def check_lines(cases, lines: list[str], recipe: str = "exact", max_errors: int 
             errors += 1
             if errors <= max_errors:
                 report.append(f"{case_id} {finding.render()}")
-    total = sum(np.asarray(case.w).size // 16 for case in by_id.values())
-    observed = sum(len(entry["groups"]) for entry in seen.values())
-    absent = [i for i in by_id if i not in seen]
-    tail, missing = coverage(observed, total, absent, "group", "tile vectors", require_all)
+    tail, missing = coverage(list(by_id.values()),
+                             {i: len(entry["groups"]) for i, entry in seen.items()},
+                             lambda case: np.asarray(case.w).size // 16, "group", "tile vectors",
+                             require_all, declared)
     return report + tail, errors + missing
 
 

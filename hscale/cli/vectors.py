@@ -27,6 +27,11 @@ def _family_options(parser, command: str) -> None:
         choice = family.CHOICE
         parser.add_argument(choice.option, default=None, metavar=choice.name.split()[-1].upper(),
                             help=choice.check_help if command == "check" else choice.expect_help)
+    if command == "check":  # the options declaring each family's domain (its CHOICE's)
+        for family in families().values():
+            for option in family.CHOICE.domain_options:
+                parser.add_argument(option.option, default=None, metavar=option.metavar,
+                                    help=option.help)
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -76,19 +81,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                    help="an allowance of the faithful or format profile (repeatable), e.g. "
                         "reciprocal-multiply; the names of docs/spec.md section 7")
     _family_options(p, "check")
-    p.add_argument("--dtypes", default=None, metavar="LIST",
-                   help="with --recipe: the input dtypes the kernel takes, comma-separated "
-                        "(default float32,float16,bfloat16); --require-all asks only for the "
-                        "cases it can run")
-    p.add_argument("--global-scale", default=None, metavar="LIST",
-                   help="with --recipe: static, dynamic or both, as the kernel declares "
-                        "(default static: the dynamic cases are not required)")
-    p.add_argument("--gemm-activations", default=None, metavar="LIST",
-                   help="with --gemm-model: the GEMM's first operands, comma-separated, of "
-                        "nvfp4, float32, bfloat16, float16, q8_0 (default nvfp4: the "
-                        "weight-only cases are not required)")
-    p.add_argument("--gemm-out-dtypes", default=None, metavar="LIST",
-                   help="with --gemm-model: the output dtypes it produces (default float32)")
 
     p = commands.add_parser("expect", help="write the observed file a conforming "
                                            "implementation would produce for DIR")
@@ -229,9 +221,8 @@ def _check_family(args, kind: str) -> int:
         lines = Path(args.observed).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as error:
         raise UsageError(f"--observed {args.observed}: cannot be read ({error})") from None
-    domain = {} if declared is None else {"declared": declared}  # the kinds that declare one
     report, errors = _family(kind).check_lines(cases, lines, choice, args.errors,
-                                               args.require_all, **domain)
+                                               args.require_all, declared)
     for line in report:
         print(line)
     if errors:
@@ -242,28 +233,22 @@ def _check_family(args, kind: str) -> int:
     return 0
 
 
-#: kind -> the options of ``check`` declaring that kind's domain (vectors/domains.py)
-DOMAIN_OPTIONS = {"activation": ("dtypes", "global_scale"),
-                  "gemm": ("gemm_activations", "gemm_out_dtypes")}
-
-
 def _declared_domain(args, kind: str | None):
-    """The declared domain ``check --require-all`` asks the cases of; an option of another
-    kind's domain is a usage error rather than ignored."""
-    from hscale.vectors.domains import ActivationVectorDomain, GemmVectorDomain
-    for other, options in DOMAIN_OPTIONS.items():
-        for option in options:
-            if other != kind and getattr(args, option, None) is not None:
-                wanted = _family(other).CHOICE.option
-                raise UsageError(f"--{option.replace('_', '-')} applies with {wanted} only")
+    """The declared domain ``check --require-all`` asks the cases of, read by the kind's
+    family's ``CHOICE`` from the options it declares (None: it declares none); an option of
+    another kind's domain is a usage error rather than ignored."""
+    from hscale.vectors.families import families
+    for other, family in families().items():
+        for option in family.CHOICE.domain_options:
+            if other != kind and getattr(args, option.dest, None) is not None:
+                raise UsageError(f"{option.option} applies with {family.CHOICE.option} only")
+    if kind is None:
+        return None
+    choice = _family(kind).CHOICE
     try:
-        if kind == "activation":
-            return ActivationVectorDomain.parse(args.dtypes, args.global_scale)
-        if kind == "gemm":
-            return GemmVectorDomain.parse(args.gemm_activations, args.gemm_out_dtypes)
+        return choice.declared({o.dest: getattr(args, o.dest) for o in choice.domain_options})
     except ValueError as error:
         raise UsageError(str(error)) from None
-    return None
 
 
 def _unknown_case(case_id: str, vectors: dict, directory) -> str:

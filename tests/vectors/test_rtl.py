@@ -4,6 +4,8 @@ Runs the machinery of vectors/rtl/run.py (loaded from its file path: vectors/rtl
 Python package): every level-0 parameter set through the plain SystemVerilog bench and the
 cocotb bench, under each simulator installed (Icarus Verilog, Verilator), judged by
 `hscale vectors check`; then each planted RTL bug must make check fail, citing its clause.
+The stochastic-rounding unit's cocotb bench (run_sr_bench) runs the stochastic sets under
+every routing profile, with its own planted bugs.
 A simulator that is not installed skips its tests with a one-line reason; nothing passes
 without running.
 """
@@ -214,3 +216,57 @@ def test_fp32_quotient_datapath_is_faithful_with_its_allowances_not_exact(tmp_pa
     # a real computation: it differs from the reference on a few groups, not on most
     lines = [l for l in observed.read_text().splitlines() if l and not l.startswith("#")]
     assert len(lines) > 900
+
+
+# -- the stochastic-rounding unit's cocotb bench (tb/cocotb_sr.py) --------------------------
+# (its SV bench, tb/tb_sr.sv, runs in test_rtl_stochastic.py; Icarus in the default tier)
+
+#: planted bug -> routing -> the clauses `check --routing` cites (empty: that routing conforms)
+SR_BUG_CLAUSES = {
+    "none": {routing: set() for routing in rtl.SR_PROFILES},
+    "sr-carry-over-256": {routing: {"NVFP4-SR-2"} for routing in rtl.SR_PROFILES},
+    "sr-dropped-carry": {routing: {"NVFP4-SR-2"} for routing in rtl.SR_PROFILES},
+    # straight routes as ptx-e2m1x4: the whole tensor reads as that routing's; the other two
+    # profiles are untouched
+    "sr-bytes-swapped": {"straight": {"NVFP4-SR-4"}, "ptx-e2m1x4": set(), "sm103a": set()},
+}
+#: what each simulator runs (a Verilator build per bug costs ~15 CPU s: one bug there)
+SR_RUNS = [("icarus", bug) for bug in SR_BUG_CLAUSES] + [("verilator", "none"),
+                                                         ("verilator", "sr-bytes-swapped")]
+
+
+# one simulation of every stochastic word under the three profiles and three `check`s, about
+# 7 CPU s on Icarus (a Verilator build about 15 more): the extended tier
+@pytest.mark.extended
+@pytest.mark.clause("NVFP4-SR-2", "NVFP4-SR-3", "NVFP4-SR-4")
+@pytest.mark.parametrize("sim,bug", SR_RUNS)
+def test_sr_unit_cocotb_bench(sim, bug, out, capsys):
+    """Every word of the stochastic sets through nvfp4_sr_e2m1x4 in one cocotb simulation,
+    under every routing profile: the conforming unit matches every word under each (`check
+    --routing P --require-all`, and the bench's own comparison with the file's codes); each
+    planted bug is refused citing its clause, and only under the routings it breaks."""
+    _need(sim)
+    if rtl.cocotb_version() is None:
+        pytest.skip("cocotb is not installed (pip install -e '.[rtl]': cocotb==1.8.1)")
+    result = rtl.run_sr_bench(sim, bug=bug, out=out, log=_quiet)
+    with capsys.disabled():
+        print(f"\n  RTL SR unit, cocotb bench on {result.sim_version.splitlines()[0]}, bug {bug}: "
+              f"{result.mismatches} mismatches, build {result.build_s:.1f} s, "
+              f"wall {result.wall_s:.1f} s")
+    assert result.error == "" and result.unit == "sr"
+    words = sum(len([l for l in path.read_text().splitlines() if not l.startswith("//")])
+                for path in rtl.discover_sr_sets())
+    assert words >= 5680
+    expected = SR_BUG_CLAUSES[bug]
+    assert [s.name.rsplit(" ", 1)[1] for s in result.sets] == list(rtl.SR_PROFILES)
+    for s, routing in zip(result.sets, rtl.SR_PROFILES):
+        assert s.error == "" and s.groups == words, s.error
+        assert set(s.clauses) == expected[routing], s.check_text[-2000:]
+        if expected[routing]:
+            assert s.check_rc == 1 and s.mismatches > 0 and s.bench["code_mismatches"] > 0
+            assert not s.passed
+        else:
+            assert s.check_rc == 0 and s.mismatches == 0 and s.bench["code_mismatches"] == 0
+            assert f"{words} of {words} words of the stochastic vectors observed" in s.check_text
+            assert s.passed
+    assert result.passed == (bug == "none")

@@ -21,10 +21,14 @@ Benches:
           line width LINE_W, weight width W_BITS and HAS_H are parameters passed from the set's
           header), run once per set with plusargs.
   cocotb  tb/cocotb_vectors.py: one cocotb simulation per simulator streams every set through
-          hscale_nvfp4_top and writes observed files with case ids.
+          hscale_nvfp4_top and writes observed files with case ids; then tb/cocotb_sr.py, one
+          more simulation, streams every stochastic set (sr_*.hex) through the stochastic-
+          rounding unit nvfp4_sr_e2m1x4 under its three routing profiles and writes one
+          observed file per profile, judged by `check DIR --routing P --require-all`. An sr-*
+          bug (SR_BUGS) is planted in that unit and runs that bench only.
 
 This file is also the machinery tests/vectors/test_rtl.py imports (by file path): run_bench(),
-discover_sets(), simulators(), BUGS.
+run_sr_bench(), discover_sets(), discover_sr_sets(), simulators(), BUGS, SR_BUGS.
 """
 from __future__ import annotations
 
@@ -299,9 +303,10 @@ def _outdated(target: Path, sources) -> bool:
 
 # ---- `hscale vectors check` ---------------------------------------------------------------------
 
-def check_command(directory: Path, observed: Path) -> list[str]:
-    """The exact `hscale vectors check` command line: the `hscale` entry point beside this
-    Python (or on PATH), else `python -m hscale.vectors`, the same command."""
+def check_command(directory: Path, observed: Path, options: tuple = ()) -> list[str]:
+    """The exact `hscale vectors check` command line (``options`` added, e.g. the stochastic
+    sets' ``--routing R``): the `hscale` entry point beside this Python (or on PATH), else
+    `python -m hscale.vectors`, the same command."""
     exe = Path(sys.executable).with_name("hscale")
     if exe.exists():
         head = [str(exe), "vectors"]
@@ -309,7 +314,8 @@ def check_command(directory: Path, observed: Path) -> list[str]:
         head = [shutil.which("hscale"), "vectors"]
     else:
         head = [sys.executable, "-m", "hscale.vectors"]
-    return head + ["check", str(directory), "--observed", str(observed), "--errors", "100000"]
+    return head + ["check", str(directory), "--observed", str(observed), "--errors", "100000",
+                   *options]
 
 
 @dataclass
@@ -324,12 +330,23 @@ class CheckResult:
 
 _SUMMARY_RE = re.compile(r"(\d+) observed lines? checked, (\d+) errors?")
 _CLAUSE_RE = re.compile(r"^\s*\[([A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+)\]", re.M)
+# a family's check (--routing): "<file>: N errors (routing R)" or "<file>: conforms to ...",
+# its findings "<case id> [CLAUSE] ..."
+_FAMILY_ERRORS_RE = re.compile(r": (\d+) errors? \(\w+ [^)]*\)$", re.M)
+_FAMILY_CLAUSE_RE = re.compile(r"^\S+ \[([A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+)\]", re.M)
 
 
-def run_check(directory: Path, observed: Path) -> CheckResult:
-    cmd = check_command(directory, observed)
+def run_check(directory: Path, observed: Path, options: tuple = ()) -> CheckResult:
+    cmd = check_command(directory, observed, options)
     proc = _run(cmd, record=Path(observed).parent / "commands.txt")
     text = proc.stdout + proc.stderr
+    if options:
+        m = _FAMILY_ERRORS_RE.search(proc.stdout)
+        errors = int(m.group(1)) if m else (0 if proc.returncode == 0 else -1)
+        lines = sum(1 for line in Path(observed).read_text(encoding="utf-8").splitlines()
+                    if line and not line.startswith("#"))
+        clauses = sorted(set(_FAMILY_CLAUSE_RE.findall(text)))
+        return CheckResult(proc.returncode, errors, lines, clauses, text, cmd)
     m = _SUMMARY_RE.search(text)
     lines, errors = (int(m.group(1)), int(m.group(2))) if m else (0, -1)
     clauses = sorted(set(_CLAUSE_RE.findall(text)))
@@ -363,6 +380,7 @@ class BenchResult:
     sim: str
     sim_version: str
     bug: str
+    unit: str = "quantizer"          # or "sr": the stochastic-rounding unit
     sets: list[SetResult] = field(default_factory=list)
     not_run: list[tuple[str, str]] = field(default_factory=list)
     build_s: float = 0.0
@@ -493,28 +511,22 @@ def _run_sv(sim: str, sets: list[VectorSet], bug: int, out: Path, jobs: int,
 
 # ---- the cocotb bench -------------------------------------------------------------------------------
 
-def _run_cocotb(sim: str, sets: list[VectorSet], bug: int, out: Path, jobs: int,
-                log) -> tuple[list[SetResult], float, list[str]]:
+def _cocotb_simulate(sim: str, sources: list[Path], toplevel: str, module: str, bug: int,
+                     out: Path, plan: dict, log) -> tuple[float, float]:
+    """Build ``toplevel`` from ``sources`` with parameter BUG for cocotb on ``sim`` (in
+    ``out/build``, rebuilt when BUG changes) and run the cocotb test module ``module`` (tb/) on
+    it once, with ``plan`` (JSON, its path in HSCALE_RTL_PLAN); both logs in ``out/cocotb.log``.
+    Returns (build seconds, simulation seconds); what the module wrote is the caller's to read."""
     import warnings  # noqa: PLC0415
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from cocotb.runner import get_runner  # noqa: PLC0415
-    plan = {"sets": [], "bug": bug}
-    for vs in sets:
-        plan["sets"].append({
-            "name": vs.name, "hex": str(vs.hex_path), "gs": str(vs.gs_path),
-            "config": config_of(vs), "fields": vs.fields, "gs_fields": vs.gs_fields,
-            "case_ids": vs.case_ids,
-            "observed": str(out / f"{vs.name}.observed.txt"),
-            "summary": str(out / f"{vs.name}.summary.json")})
     out.mkdir(parents=True, exist_ok=True)
     plan_path = out / "plan.json"
     plan_path.write_text(json.dumps(plan))
-    for entry in plan["sets"]:
-        Path(entry["summary"]).unlink(missing_ok=True)
     runner = get_runner(sim)
     build_dir = out / "build"
-    log(f"  build hscale_nvfp4_top BUG={bug} for cocotb ({sim})")
+    log(f"  build {toplevel} BUG={bug} for cocotb ({sim})")
     start = time.monotonic()
     build_args = ["-Wno-fatal"] if sim == "verilator" else []
     stamp = build_dir / "params.json"
@@ -527,7 +539,7 @@ def _run_cocotb(sim: str, sets: list[VectorSet], bug: int, out: Path, jobs: int,
     os.environ["MAKEFLAGS"] = " ".join(filter(None, [saved_makeflags, "VM_PARALLEL_BUILDS=0"]))
     try:
         with _output_to(log_path, "w"):
-            runner.build(verilog_sources=RTL_SOURCES, hdl_toplevel="hscale_nvfp4_top",
+            runner.build(verilog_sources=sources, hdl_toplevel=toplevel,
                          parameters={"BUG": bug}, build_args=build_args, build_dir=build_dir,
                          always=always)
     except SystemExit as error:      # the runner exits when the simulator's build fails
@@ -547,7 +559,7 @@ def _run_cocotb(sim: str, sets: list[VectorSet], bug: int, out: Path, jobs: int,
     sim_start = time.monotonic()
     try:
         with _output_to(log_path, "a"):
-            runner.test(test_module=COCOTB_MODULE, hdl_toplevel="hscale_nvfp4_top",
+            runner.test(test_module=module, hdl_toplevel=toplevel,
                         hdl_toplevel_lang="verilog", build_dir=build_dir, test_dir=out,
                         extra_env=env, parameters={"BUG": bug})
     except (Exception, SystemExit) as error:  # noqa: BLE001
@@ -557,7 +569,23 @@ def _run_cocotb(sim: str, sets: list[VectorSet], bug: int, out: Path, jobs: int,
         sys.path.remove(str(TB))
         if saved is not None:
             os.environ["PYTEST_CURRENT_TEST"] = saved
-    sim_s = time.monotonic() - sim_start
+    return build_s, time.monotonic() - sim_start
+
+
+def _run_cocotb(sim: str, sets: list[VectorSet], bug: int, out: Path, jobs: int,
+                log) -> tuple[list[SetResult], float, list[str]]:
+    plan = {"sets": [], "bug": bug}
+    for vs in sets:
+        plan["sets"].append({
+            "name": vs.name, "hex": str(vs.hex_path), "gs": str(vs.gs_path),
+            "config": config_of(vs), "fields": vs.fields, "gs_fields": vs.gs_fields,
+            "case_ids": vs.case_ids,
+            "observed": str(out / f"{vs.name}.observed.txt"),
+            "summary": str(out / f"{vs.name}.summary.json")})
+    for entry in plan["sets"]:
+        Path(entry["summary"]).unlink(missing_ok=True)
+    build_s, sim_s = _cocotb_simulate(sim, RTL_SOURCES, "hscale_nvfp4_top", COCOTB_MODULE, bug,
+                                      out, plan, log)
     results = []
     for vs, entry in zip(sets, plan["sets"]):
         r = SetResult(vs.name)
@@ -583,7 +611,116 @@ def _run_cocotb(sim: str, sets: list[VectorSet], bug: int, out: Path, jobs: int,
     return results, build_s, notes
 
 
+# ---- the stochastic-rounding unit ------------------------------------------------------------------
+
+SR_SOURCES = [SRC / "nvfp4_sr_e2m1x4.sv"]
+SR_COCOTB_MODULE = "cocotb_sr"
+#: the unit's ``profile`` input: 0, 1, 2 (NVFP4-SR-4's routing profiles, by name)
+SR_PROFILES = ("straight", "ptx-e2m1x4", "sm103a")
+# planted bugs of the stochastic-rounding unit: name -> its BUG parameter
+SR_BUGS = {
+    "none": 0,
+    "sr-carry-over-256": 1,      # a carry only when D_top + r > 256 (a byte one short)
+    "sr-bytes-swapped": 2,       # straight routes as ptx-e2m1x4: elements 1 and 2 swap bytes
+    "sr-dropped-carry": 3,       # the carry out of the mantissa bit lost (1.5 rounds up to 1)
+}
+
+
+def discover_sr_sets(directory: Path = LEVEL0) -> list[Path]:
+    """The stochastic kind's .hex sets of a vector directory (``sr_*.hex``), sorted by name."""
+    from hscale.vectors.families import families
+    prefix = families()["stochastic"].SET_PREFIX
+    return sorted(Path(directory).glob(f"{prefix}*.hex"))
+
+
+def _run_sr_cocotb(sim: str, sets: list[Path], bug: int, out: Path, jobs: int, log,
+                   directory: Path) -> tuple[list[SetResult], float, list[str]]:
+    """Every stochastic set through nvfp4_sr_e2m1x4 in one cocotb simulation, under the three
+    profiles; each profile's observed file judged by `check --routing P --require-all`."""
+    observed = {routing: out / f"sr.{routing}.observed.txt" for routing in SR_PROFILES}
+    plan = {"sets": [str(path) for path in sets], "routings": list(SR_PROFILES),
+            "observed": {routing: str(path) for routing, path in observed.items()},
+            "summary": str(out / "sr.summary.json")}
+    for path in [*observed.values(), out / "sr.summary.json"]:
+        path.unlink(missing_ok=True)
+    build_s, sim_s = _cocotb_simulate(sim, SR_SOURCES, "nvfp4_sr_e2m1x4", SR_COCOTB_MODULE,
+                                      bug, out, plan, log)
+    summary = out / "sr.summary.json"
+    counts = json.loads(summary.read_text()) if summary.exists() else {}
+    names = "+".join(path.name[:-len(".hex")] for path in sets)
+
+    def judge(routing: str) -> SetResult:
+        r = SetResult(f"{names} --routing {routing}")
+        if routing not in counts:
+            r.error = f"the cocotb bench wrote no result (see {out / 'cocotb.log'})"
+            return r
+        r.sim_s = counts[routing].pop("sim_s", 0.0)
+        r.groups = counts[routing].pop("words")
+        r.bench = counts[routing]
+        check = run_check(directory, observed[routing], ("--routing", routing, "--require-all"))
+        r.observed, r.check_rc, r.mismatches = observed[routing], check.rc, check.errors
+        r.clauses, r.check_text = check.clauses, check.text
+        return r
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(judge, SR_PROFILES))
+    notes = [f"cocotb {cocotb_version()}, one simulation, every word under every profile: "
+             f"{sim_s:.1f} s"]
+    return results, build_s, notes
+
+
+def run_sr_bench(sim: str, bug: str = "none", out: Path | None = None,
+                 vectors: Path = LEVEL0, jobs: int | None = None, log=print) -> BenchResult:
+    """The cocotb bench of the stochastic-rounding unit on one simulator, on every stochastic
+    set of ``vectors`` (one result per routing profile), the unit built with planted bug
+    ``bug`` (one of SR_BUGS). A missing simulator, cocotb or set is .error (nothing ran)."""
+    start = time.monotonic()
+    jobs = jobs or min(2, os.cpu_count() or 1)
+    version = simulators().get(sim)
+    result = BenchResult("cocotb", sim, version or "", bug, unit="sr")
+    result.check_command = " ".join(check_command(Path(vectors), Path("OBSERVED"),
+                                                  ("--routing", "ROUTING", "--require-all")))
+    result.error = _unavailable("cocotb", sim, version, bug, SR_BUGS)
+    if result.error:
+        return result
+    sets = discover_sr_sets(vectors)
+    if not sets:
+        result.error = f"no stochastic set (sr_*.hex) in {vectors}"
+        return result
+    out = Path(out or DEFAULT_OUT) / (f"sr-cocotb-{sim}" + ("" if bug == "none" else f"-{bug}"))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "commands.txt").unlink(missing_ok=True)
+    return _completed(result, start, log, lambda: _run_sr_cocotb(
+        sim, sets, SR_BUGS[bug], out, jobs, log, Path(vectors)))
+
+
 # ---- one bench on one simulator ---------------------------------------------------------------------
+
+def _completed(result: BenchResult, start: float, log, run) -> BenchResult:
+    """``result`` with what ``run()`` gives (the set results, build seconds, notes to log), or
+    the error that stopped it, and the wall time since ``start``."""
+    try:
+        result.sets, result.build_s, notes = run()
+        for note in notes:
+            log(f"  {note}")
+    except (RuntimeError, subprocess.SubprocessError, OSError) as error:
+        result.error = str(error)
+    result.wall_s = time.monotonic() - start
+    return result
+
+
+def _unavailable(bench: str, sim: str, version: str | None, bug: str, bugs: dict) -> str:
+    """Why a bench cannot run at all (an unknown bug, a simulator or cocotb not installed), or
+    ""."""
+    if bug not in bugs:
+        return f"unknown bug {bug!r}; one of {', '.join(bugs)}"
+    if version is None:
+        return (f"{sim} is not installed (apt-get install -y "
+                f"{'iverilog' if sim == 'icarus' else 'verilator'})")
+    if bench == "cocotb" and cocotb_version() is None:
+        return "cocotb is not installed (pip install cocotb==1.8.1)"
+    return ""
+
 
 def run_bench(bench: str, sim: str, bug: str = "none", out: Path | None = None,
               vectors: Path = LEVEL0, sets: list[str] | None = None, jobs: int | None = None,
@@ -597,14 +734,8 @@ def run_bench(bench: str, sim: str, bug: str = "none", out: Path | None = None,
     version = simulators().get(sim)
     result = BenchResult(bench, sim, version or "", bug)
     result.check_command = " ".join(check_command(Path(vectors), Path("OBSERVED")))
-    if bug not in BUGS:
-        result.error = f"unknown bug {bug!r}; one of {', '.join(BUGS)}"
-        return result
-    if version is None:
-        result.error = f"{sim} is not installed (apt-get install -y {'iverilog' if sim == 'icarus' else 'verilator'})"
-        return result
-    if bench == "cocotb" and cocotb_version() is None:
-        result.error = "cocotb is not installed (pip install cocotb==1.8.1)"
+    result.error = _unavailable(bench, sim, version, bug, BUGS)
+    if result.error:
         return result
     chosen = []
     for vs in discover_sets(vectors):
@@ -624,44 +755,46 @@ def run_bench(bench: str, sim: str, bug: str = "none", out: Path | None = None,
     if not chosen:
         result.error = "no set to run"
         return result
-    try:
-        runner = _run_sv if bench == "sv" else _run_cocotb
-        result.sets, result.build_s, notes = runner(sim, chosen, BUGS[bug], out, jobs, log)
-        for note in notes:
-            log(f"  {note}")
-    except (RuntimeError, subprocess.SubprocessError, OSError) as error:
-        result.error = str(error)
-    result.wall_s = time.monotonic() - start
-    return result
+    runner = _run_sv if bench == "sv" else _run_cocotb
+    return _completed(result, start, log,
+                      lambda: runner(sim, chosen, BUGS[bug], out, jobs, log))
 
 
 # ---- report -------------------------------------------------------------------------------------------
 
 def report(result: BenchResult, log=print) -> None:
-    title = {"sv": "SystemVerilog bench (tb/tb_vectors.sv)",
-             "cocotb": f"cocotb bench (tb/cocotb_vectors.py, cocotb {cocotb_version()})"}[result.bench]
+    title = {("quantizer", "sv"): "SystemVerilog bench (tb/tb_vectors.sv)",
+             ("quantizer", "cocotb"): f"cocotb bench (tb/cocotb_vectors.py, cocotb "
+                                      f"{cocotb_version()})",
+             ("sr", "cocotb"): f"cocotb bench of the SR unit (tb/cocotb_sr.py, cocotb "
+                               f"{cocotb_version()})"}[result.unit, result.bench]
     log(f"== {title} on {result.sim}: {result.sim_version or 'not installed'}"
         + ("" if result.bug == "none" else f"  [planted bug: {result.bug}]"))
     if result.error:
         log(f"   NOT RUN: {result.error}")
     if result.sets:
-        log(f"   {'set':42} {'groups':>6} {'mism.':>6} {'c0/deq/amax/sg':>14} {'sim s':>7}  clauses cited by check")
+        unit, own = ("groups", "c0/deq/amax/sg") if result.unit == "quantizer" else ("words", "codes")
+        log(f"   {'set':42} {unit:>6} {'mism.':>6} {own:>14} {'sim s':>7}  clauses cited by check")
     for s in result.sets:
         if s.error:
             log(f"   {s.name:42} ERROR {s.error}")
             continue
-        internal = "/".join(str(s.bench.get(k, "?")) for k in
-                            ("c0_mismatches", "deq_mismatches", "amax_mismatches", "sg_mismatches"))
+        internal = ("/".join(str(s.bench.get(k, "?")) for k in
+                             ("c0_mismatches", "deq_mismatches", "amax_mismatches",
+                              "sg_mismatches")) if result.unit == "quantizer"
+                    else str(s.bench.get("code_mismatches", "?")))
         log(f"   {s.name:42} {s.groups:>6} {s.mismatches:>6} {internal:>14} {s.sim_s:>7.1f}  "
             f"{' '.join(s.clauses) or '-'}")
     for name, reason in result.not_run:
         log(f"   {name:42} NOT RUN: {reason}")
     if result.sets:
         groups = sum(s.groups for s in result.sets)
-        log(f"   total: {len(result.sets)} sets, {groups} groups, {result.mismatches} mismatches "
-            f"(check), {sum(1 for s in result.sets if s.passed)} sets passed; "
+        unit = "groups" if result.unit == "quantizer" else "words"
+        log(f"   total: {len(result.sets)} {'sets' if result.unit == 'quantizer' else 'routings'}, {groups} {unit}, {result.mismatches} mismatches "
+            f"(check), {sum(1 for s in result.sets if s.passed)} passed; "
             f"build {result.build_s:.1f} s, wall {result.wall_s:.1f} s")
-        log(f"   check: {result.check_command.replace('OBSERVED', '<out>/<set>.observed.txt')}")
+        log(f"   check: {result.check_command.replace('OBSERVED', '<out>/<set>.observed.txt')}"
+            if result.unit == "quantizer" else f"   check: {result.check_command.replace('OBSERVED', '<out>/sr.ROUTING.observed.txt')}")
 
 
 def main(argv=None) -> int:
@@ -670,8 +803,10 @@ def main(argv=None) -> int:
     parser.add_argument("--bench", choices=("sv", "cocotb", "both"), default="both")
     parser.add_argument("--sim", choices=("icarus", "verilator", "all"), default="all",
                         help="simulator (default: every one installed)")
-    parser.add_argument("--bug", choices=tuple(BUGS), default="none",
-                        help="planted RTL bug (default none: the conforming design)")
+    parser.add_argument("--bug", choices=tuple(BUGS) + tuple(b for b in SR_BUGS if b not in BUGS),
+                        default="none",
+                        help="planted RTL bug (default none: the conforming design); an sr-* "
+                             "bug is the stochastic-rounding unit's (its cocotb bench only)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help=f"build and result directory (default {DEFAULT_OUT})")
     parser.add_argument("--vectors", type=Path, default=LEVEL0,
@@ -687,13 +822,32 @@ def main(argv=None) -> int:
     for name in SIMULATORS:
         print(f"simulator {name}: {found[name] or 'NOT INSTALLED'}")
     print(f"cocotb: {cocotb_version() or 'NOT INSTALLED'}")
+    # the quantizer's benches, unless the bug is the SR unit's; the SR unit's cocotb bench with
+    # --bench cocotb, unless the bug is the quantizer's or --sets names no stochastic set
+    quantizer_sets = [name for name in args.sets or () if not name.startswith("sr_")]
+    quantizer = args.bug in BUGS and (not args.sets or bool(quantizer_sets))
+    sr = "cocotb" in benches and args.bug in SR_BUGS and (
+        not args.sets or len(quantizer_sets) < len(args.sets))
+    if not quantizer and not sr:
+        print(f"nothing to run: --bug {args.bug} is planted in the SR unit, whose bench is the "
+              "cocotb one (--bench cocotb)" if args.bug in SR_BUGS and args.bug != "none" else
+              "nothing to run: --sets names only stochastic sets (sr_*), whose bench is the "
+              "cocotb one (--bench cocotb)")
+        return 2
     results = []
     for bench in benches:
         for sim in sims:
-            print(f"-- {bench} bench on {sim}")
-            result = run_bench(bench, sim, args.bug, args.out, args.vectors, args.sets, args.jobs)
-            report(result)
-            results.append(result)
+            if quantizer:
+                print(f"-- {bench} bench on {sim}")
+                result = run_bench(bench, sim, args.bug, args.out, args.vectors,
+                                   quantizer_sets or None, args.jobs)
+                report(result)
+                results.append(result)
+            if sr and bench == "cocotb":
+                print(f"-- cocotb bench of the SR unit on {sim}")
+                result = run_sr_bench(sim, args.bug, args.out, args.vectors, args.jobs)
+                report(result)
+                results.append(result)
     ran = [r for r in results if r.sets]
     print(f"total wall time {time.monotonic() - start:.1f} s")
     if not ran:

@@ -12,7 +12,10 @@
 // NVFP4-SR-4: element i (v_i, its code at [4i +: 4]) takes byte ROUTE(profile, i) of rbits:
 // profile 0 straight (0, 1, 2, 3), 1 ptx-e2m1x4 (0, 2, 1, 3), 2 sm103a (2, 0, 3, 1, the bytes of
 // elements 1 and 3 bit-reversed).
-// Planted bug (BUG == 1, "biased byte"): carry only when D_top + r > 256.
+// Planted bugs (vectors/rtl/run.py SR_BUGS): BUG == 1 "biased byte", a carry only when
+// D_top + r > 256; BUG == 2 bytes in the wrong order, elements 1 and 2 take each other's byte
+// under the straight profile (which then routes as ptx-e2m1x4); BUG == 3 a dropped carry, the
+// carry out of the mantissa bit lost (lo's exponent kept: 0.5 -> 0, 1.5 -> 1, 3 -> 2).
 `timescale 1ns / 1ps
 module nvfp4_sr_e2m1x4 #(
   parameter int BUG = 0
@@ -30,7 +33,7 @@ module nvfp4_sr_e2m1x4 #(
                                         input int i);
     logic [1:0] slot;
     logic [7:0] b;
-    case (p)
+    case ((BUG == 2 && p == 2'd0) ? 2'd1 : p)
       2'd1:    slot = (i == 1) ? 2'd2 : (i == 2) ? 2'd1 : 2'(i);
       2'd2:    slot = (i == 0) ? 2'd2 : (i == 1) ? 2'd0 : (i == 2) ? 2'd3 : 2'd1;
       default: slot = 2'(i);
@@ -65,6 +68,7 @@ module nvfp4_sr_e2m1x4 #(
     top = 8'((mag - lo) >> shift);
     sum = {1'b0, top} + {1'b0, r};
     if (BUG == 1) return {sign, low + 3'(sum > 9'd256)};
+    if (BUG == 3) return {sign, low[2:1], low[0] ^ sum[8]};
     return {sign, low + 3'(sum[8])};
   endfunction
 
