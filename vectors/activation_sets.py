@@ -31,7 +31,7 @@ from hscale.reference.packing import (pack_codes, swizzle_scale_bytes, swizzle_s
 
 from . import hexio
 from .domains import ActivationVectorDomain
-from .families import DomainOption, SetChoice, coverage
+from .families import DomainOption, SetChoice, case_reader, coverage
 from .group_lines import assembled, read_group_lines
 from .activation_catalogue import level0_cases  # noqa: F401 - the family's cases
 
@@ -151,6 +151,10 @@ def case_from_json(entry: dict, with_expected: bool = True) -> ActivationCase:
     return ActivationCase(x, None if g is None else hexio.scalar_from_hex(g), entry["id"],
                           entry.get("title", ""), tuple(entry.get("clauses", ())),
                           tuple(entry.get("notes", ())), expected)
+
+
+#: case ``number`` of a set file (``families.case_reader``)
+read_case = case_reader(case_from_json)
 
 
 # ------------------------------------------------------------------------------------------

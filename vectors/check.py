@@ -26,7 +26,7 @@ import json
 import sys
 import warnings
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -42,13 +42,13 @@ from hscale.reference.global_scale import multiplier_from_reciprocal, reciprocal
 from hscale.reference.packing import swizzle_offset
 
 from . import formats, hexio
-from .families import family_of
+from .families import families, kind_of
 from .observed import CaseObservations, UnreadableObserved, parse_line, read_observed
-from .serialize import MalformedVectors, read_case, read_vector_document
+from .serialize import MalformedVectors, read_vector_document, set_name
 from .slips import GroupWord, file_slip, group_slip
 
-__all__ = ["UnreadableObserved", "check", "load_vectors", "observed_lines", "open_vectors",
-           "read_manifest"]
+__all__ = ["UnreadableObserved", "check", "check_lines", "expect_lines", "load_vectors",
+           "observed_lines", "open_vectors", "read_manifest"]
 
 #: The file forms of one set besides its JSON, longest suffix first.
 SET_SUFFIXES = (".gs.hex", ".swz.hex", ".hex", ".npz", ".json")
@@ -137,44 +137,67 @@ def _set_files(path: Path) -> tuple[Path, list[str], str]:
                                     "fields were)")
 
 
+#: The kind whose sets this module judges (its observed-file format, docs/vectors.md).
+KIND = "weight"
+
+
 @dataclass
 class Vectors:
-    """The cases of VECTORS: case id -> (file name, case), index key -> case id."""
+    """The cases of VECTORS by kind: kind -> case id -> (file name, case); and kind -> index
+    key (``<set>:<case_index>``) -> case id."""
 
-    cases: dict[str, tuple[str, Case]]
-    keys: dict[str, str] = field(default_factory=dict)
+    by_kind: dict[str, dict[str, tuple[str, object]]]
+    index_keys: dict[str, dict[str, str]]
     note: str = ""
-    #: the cases of the other kinds' sets (hscale.vectors.families): case id -> (file, case)
-    family_cases: dict = field(default_factory=dict)
+
+    @property
+    def keys(self) -> dict[str, str]:
+        """The weight sets' index keys -> case id."""
+        return self.index_keys.get(KIND, {})
+
+    @property
+    def cases(self) -> dict[str, tuple[str, Case]]:
+        """The weight kind's cases: case id -> (file name, case)."""
+        return self.by_kind.get(KIND, {})
+
+    @property
+    def family_cases(self) -> dict:
+        """The other kinds' cases: case id -> (file name, case)."""
+        return {case_id: entry for kind, cases in self.by_kind.items() if kind != KIND
+                for case_id, entry in cases.items()}
+
+    @property
+    def every_case(self) -> dict:
+        """Every kind's cases: case id -> (file name, case), kinds in the table's order."""
+        return {case_id: entry for cases in self.by_kind.values()
+                for case_id, entry in cases.items()}
+
+    def kind_of(self, case_id: str) -> str | None:
+        return next((kind for kind, cases in self.by_kind.items() if case_id in cases), None)
 
 
 def open_vectors(path) -> Vectors:
     """Every case of VECTORS (a vector directory, a directory of set files, or one set's file)
     with its stored expected outputs, after checking the manifest's checksums where there is a
     manifest: vectors that were edited or damaged are refused (``MalformedVectors``, naming the
-    file) before anything is judged."""
+    file) before anything is judged. Each set file is read by its family
+    (``hscale.vectors.families``)."""
     directory, names, note = _set_files(Path(path))
-    found = Vectors({}, {}, note)
+    found = Vectors({kind: {} for kind in families()}, {kind: {} for kind in families()}, note)
+    seen: dict[str, str] = {}
     for name in names:
         file_path = directory / name
         document, entries = read_vector_document(file_path)
-        family = family_of(document)
-        if family is not None:
-            for number, entry in enumerate(entries):
-                try:
-                    case = family.case_from_json(entry)
-                except (KeyError, ValueError, TypeError, IndexError) as error:
-                    raise MalformedVectors(f"{file_path}: cases[{number}]: unreadable "
-                                           f"({error})") from None
-                found.family_cases[case.id] = (name, case)
-            continue
+        stem = name[:-len(".json")]
+        kind = kind_of(document, stem)
         for number, entry in enumerate(entries):
-            case = read_case(file_path, number, entry)
-            if case.id in found.cases:
+            case = families()[kind].read_case(file_path, number, entry)
+            if case.id in seen:
                 raise MalformedVectors(f"{file_path}: case {case.id} is also in "
-                                       f"{found.cases[case.id][0]}; case IDs are unique")
-            found.cases[case.id] = (name, case)
-            found.keys[f"{name[:-len('.json')]}:{number}"] = case.id
+                                       f"{seen[case.id]}; case IDs are unique")
+            seen[case.id] = name
+            found.by_kind[kind][case.id] = (name, case)
+            found.index_keys[kind][f"{stem}:{number}"] = case.id
     return found
 
 
@@ -193,10 +216,12 @@ def _inputs_text(case: Case, expected: QuantizedWeight, row: int, group: int) ->
 
 
 class _Report:
-    """Prints errors, stopping after ``max_errors``; counts the observed lines that are wrong."""
+    """Collects the report's lines, its errors stopping after ``max_errors``; counts the observed
+    lines that are wrong."""
 
-    def __init__(self, out, max_errors):
-        self.out, self.max_errors = out, max_errors
+    def __init__(self, max_errors):
+        self.max_errors = max_errors
+        self.lines: list[str] = []
         self.errors = 0       # entries printed
         self.wrong = 0        # observed lines that are wrong (each entry's, and the slipped)
         self.slipped = 0      # wrong only by the file's byte order, said once
@@ -211,8 +236,11 @@ class _Report:
         must stop."""
         self.errors += 1
         self.wrong += lines
-        print(text, file=self.out)
+        self.lines.append(text)
         return self.stopped
+
+    def say(self, text: str) -> None:
+        self.lines.append(text)
 
 
 @dataclass
@@ -233,15 +261,44 @@ def check(vectors_path, observed_path, max_errors: int = 20, out=None,
     out = out or sys.stdout
     source = open_vectors(vectors_path)
     lines = read_observed(observed_path)
-    report = _Report(out, max_errors)
     if source.note:
         print(source.note, file=out)
+    report, errors = check_lines([case for _, case in source.cases.values()], lines, profile,
+                                 max_errors, require_all, allowances)
+    for line in report:
+        print(line, file=out)
+    return 1 if errors else 0
+
+
+def _stored(cases) -> tuple[dict, dict]:
+    """(case id -> (set file name, case), index key ``<set>:<case_index>`` -> case id) of the
+    weight cases, each in its parameter set's file (``serialize.set_name``), in order."""
+    stored, keys, counts = {}, {}, Counter()
+    for case in cases:
+        name = set_name(case)
+        stored[case.id] = (f"{name}.json", case)
+        keys[f"{name}:{counts[name]}"] = case.id
+        counts[name] += 1
+    return stored, keys
+
+
+def check_lines(cases, lines: list[str], choice: str = EXACT, max_errors: int = 20,
+                require_all: bool = False, declared=None) -> tuple[list[str], int]:
+    """``(report lines, errors)``: the observed ``lines`` (``read_observed``: they name their
+    file) judged against the weight ``cases`` under the profile ``choice`` with the allowances
+    ``declared`` (checked: ``check_profile``); the report ends with the verdict line. The errors
+    are the wrong lines, the groups missing under ``require_all``, at least one when no line
+    could be read as a result."""
+    profile, allowances = check_profile(choice, tuple(declared or ()))
+    observed_path = getattr(lines, "path", "observed")
+    vectors, keys = _stored(cases)
+    report = _Report(max_errors)
     observations: dict[str, CaseObservations] = {}
     for number, raw in enumerate(lines, 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        problem = parse_line(line, raw, f"{observed_path}:{number}", source.cases, source.keys,
+        problem = parse_line(line, raw, f"{observed_path}:{number}", vectors, keys,
                              observations)
         if problem and report.error(problem):
             break
@@ -249,28 +306,27 @@ def check(vectors_path, observed_path, max_errors: int = 20, out=None,
     judging = _Judging(profile, allowances, str(observed_path))
     checked = sum(len(o.groups) + (o.scale is not None) for o in observations.values())
     if not report.stopped:
-        unslipped = _undo_file_slip(source.cases, observations, judging, report)
+        unslipped = _undo_file_slip(vectors, observations, judging, report)
         for case_id, obs in observations.items():
-            if report.stopped or _judge_case(source.cases[case_id], obs, unslipped, judging,
-                                             report):
+            if report.stopped or _judge_case(vectors[case_id], obs, unslipped, judging, report):
                 break
-    total = sum(int(np.prod(case.shape)) // GROUP for _, case in source.cases.values()
+    total = sum(int(np.prod(case.shape)) // GROUP for _, case in vectors.values()
                 if not isinstance(case.expected, Rejection))
     seen = sum(len(o.groups) for o in observations.values())
     if report.stopped:
-        print(f"stopped after {plural(report.errors, 'error')} (--errors {max_errors})", file=out)
+        report.say(f"stopped after {plural(report.errors, 'error')} (--errors {max_errors})")
     slipped = f" ({report.slipped} of them only the byte order above)" if report.slipped else ""
-    print(f"{plural(checked, 'observed line')} checked, {plural(report.wrong, 'error')}"
-          f"{slipped}; {seen} of {plural(total, 'group')} of the vectors observed", file=out)
+    report.say(f"{plural(checked, 'observed line')} checked, {plural(report.wrong, 'error')}"
+               f"{slipped}; {seen} of {plural(total, 'group')} of the vectors observed")
     if checked == 0:  # every line was malformed: each is an error above
-        print(f"{observed_path}: no line could be read as a result", file=out)
-        return 1
-    missing = require_all and seen < total and not report.stopped
+        report.say(f"{observed_path}: no line could be read as a result")
+        return report.lines, max(report.wrong, 1)
+    missing = total - seen if require_all and seen < total and not report.stopped else 0
     if missing:
-        print(f"{plural(total - seen, 'group')} of the vectors are missing from the observed "
-              "file (--require-all)", file=out)
-    print(_verdict(judging, report, missing), file=out)
-    return 1 if report.wrong or missing else 0
+        report.say(f"{plural(missing, 'group')} of the vectors are missing from the observed "
+                   "file (--require-all)")
+    report.say(_verdict(judging, report, bool(missing)))
+    return report.lines, report.wrong + missing
 
 
 def _verdict(judging: _Judging, report: _Report, missing: bool) -> str:
@@ -472,14 +528,24 @@ def _swizzle_findings(case: Case, row: int, group: int, line) -> list[Finding]:
 
 def observed_lines(vectors_path, with_global_scale: bool = True, index_keys: bool = False,
                    swizzled: bool = False, reciprocal: bool = False) -> list[str]:
-    """The correct observed file for VECTORS (what a conforming implementation would write):
-    keyed by case id or (``index_keys``) by ``<set>:<case_index>``, with the swizzled offset
-    of each scale byte (``swizzled``), the global scale as ``gs`` or (``reciprocal``) as the
-    stored reciprocal ``gsr`` (NVFP4-GS-4)."""
-    source = open_vectors(vectors_path)
-    key_of = {case_id: key for key, case_id in source.keys.items()} if index_keys else {}
+    """The correct observed file for the weight sets of VECTORS (``expect_lines``)."""
+    cases = [case for _, case in open_vectors(vectors_path).cases.values()]
+    return expect_lines(cases, EXACT, with_global_scale, index_keys=index_keys,
+                        swizzled=swizzled, reciprocal=reciprocal)
+
+
+def expect_lines(cases, choice: str = EXACT, with_global_scale: bool = True,
+                 index_keys: bool = False, swizzled: bool = False,
+                 reciprocal: bool = False) -> list[str]:
+    """The correct observed file for the weight ``cases`` (what a conforming implementation
+    would write, under every profile ``choice``): keyed by case id or (``index_keys``) by
+    ``<set>:<case_index>``, with the swizzled offset of each scale byte (``swizzled``), the
+    global scale as ``gs`` or (``reciprocal``) as the stored reciprocal ``gsr``
+    (NVFP4-GS-4)."""
+    stored, keys = _stored(cases)
+    key_of = {case_id: key for key, case_id in keys.items()} if index_keys else {}
     lines = []
-    for case_id, (_, case) in source.cases.items():
+    for case_id, (_, case) in stored.items():
         expected = case.expected
         if isinstance(expected, Rejection):
             continue

@@ -12,7 +12,7 @@ from pathlib import Path
 from hscale.judge.clauses import clause_ids
 
 from . import formats
-from .catalogue import DEFAULT_SEED, LEVEL0_DIR, NO_VECTOR_CASE, clause_index, level0_cases
+from .catalogue import DEFAULT_SEED, LEVEL0_DIR, clause_index, level0_cases
 from .families import level0_family_cases, no_vector_case
 from .serialize import ERROR_SET, dtype_name, set_name
 
@@ -26,13 +26,11 @@ EXAMPLE = ("minilm-L0-output-dense-r0-4-c0-64", 0, 1)  # case, row, group
 
 
 def clause_table(seed: int = DEFAULT_SEED) -> str:
-    cases = level0_cases(seed)
-    for members in level0_family_cases(seed).values():  # the other kinds' sets
-        cases = cases + members
+    cases = [case for members in level0_family_cases(seed).values() for case in members]
     index = clause_index(cases)
     clauses = clause_ids()
     clauses += [c for c in index if c not in clauses]
-    reasons = {**NO_VECTOR_CASE, **no_vector_case()}
+    reasons = no_vector_case()
     lines = ["| clause | cases | level-0 case IDs |", "|---|---:|---|"]
     for clause in clauses:
         ids = index.get(clause, [])

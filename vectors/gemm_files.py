@@ -26,7 +26,7 @@ from hscale.reference.gemm import Nvfp4Tensor, decoded_units
 
 from . import hexio
 from .domains import GemmVectorDomain
-from .families import DomainOption, SetChoice, coverage
+from .families import DomainOption, SetChoice, case_reader, coverage
 from .formats import CONVENTIONS, dumps
 from .gemm import NVFP4_SET, WEIGHT_ONLY_SET, gemm_sets
 from .gemm_bookkeeping import BOOKKEEPING_SET, PatternOperand
@@ -187,6 +187,10 @@ def case_from_json(entry: dict) -> GemmCase:
                     clauses=tuple(entry.get("clauses", ())))
 
 
+#: case ``number`` of a set file (``families.case_reader``)
+read_case = case_reader(case_from_json)
+
+
 def header(set_name: str, level: int, seed: int, spec_version: str = SPEC_VERSION) -> dict:
     return {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "kind": KIND,
             "spec_version": spec_version, "level": level, "seed": seed, "set": set_name,
@@ -317,8 +321,7 @@ def stored_cases(directory=None) -> dict[str, GemmCase]:
     from .catalogue import LEVEL0_DIR
     from .check import open_vectors
     opened = open_vectors(LEVEL0_DIR if directory is None else directory)
-    return {case_id: case for case_id, (name, case) in opened.family_cases.items()
-            if name.startswith(SET_PREFIX)}
+    return {case_id: case for case_id, (_, case) in opened.by_kind["gemm"].items()}
 
 
 def set_name(case: GemmCase) -> str:

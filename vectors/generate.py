@@ -9,49 +9,35 @@ from hscale import SPEC_VERSION
 from hscale import files as output_files
 
 from . import formats
-from .catalogue import DEFAULT_SEED, clause_index, level0_cases
-from hscale.judge.cases import Case
-
+from .catalogue import DEFAULT_SEED, clause_index
 from .families import families, level0_family_cases
-from .formats import Record
-from .serialize import ERROR_SET, set_name
 
 LEVELS = (0, 1, 2)
+#: The kind whose vectors the sweeps of levels 1 and 2 are (``sweeps``).
+SWEPT_KIND = "weight"
 
 
-def level_cases(level: int, seed: int = DEFAULT_SEED, **options) -> list[Case]:
+def level_cases(level: int, seed: int = DEFAULT_SEED, **options) -> dict[str, list]:
+    """kind -> its cases of a level: at level 0 every family's (``level0_cases``), at levels
+    1 and 2 the sweeps of the weight kind's."""
     if level == 0:
-        return level0_cases(seed)
+        return level0_family_cases(seed)
     from . import sweeps
     if level == 1:
-        return sweeps.level1_cases(seed, **options)
+        return {SWEPT_KIND: sweeps.level1_cases(seed, **options)}
     if level == 2:
-        return sweeps.level2_cases(seed, **options)
+        return {SWEPT_KIND: sweeps.level2_cases(seed, **options)}
     raise ValueError(f"level {level}: levels are {LEVELS}")
 
 
-def group_sets(records: list[Record]) -> dict[str, list[Record]]:
-    """Parameter set name -> its records, sets in name order (errors last), cases in
-    catalogue order."""
-    sets: dict[str, list] = {}
-    for case, outputs in records:
-        sets.setdefault(set_name(case), []).append((case, outputs))
-    names = sorted(n for n in sets if n != ERROR_SET) + ([ERROR_SET] if ERROR_SET in sets else [])
-    return {name: sets[name] for name in names}
-
-
-def render_level(records: list[Record], level: int, seed: int,
-                 spec_version: str = SPEC_VERSION, family_cases: dict | None = None
+def render_level(family_cases: dict, level: int, seed: int, spec_version: str = SPEC_VERSION
                  ) -> dict[str, bytes]:
-    """Every file of a level (sets in all formats, manifest.json, SHA256SUMS), stamped with the
-    spec version they are made under (this kit's, unless re-rendering older vectors);
-    ``family_cases``: kind -> the cases of that vector family (``families``) to add."""
+    """Every file of a level (each kind's sets in all their forms, manifest.json, SHA256SUMS),
+    stamped with the spec version they are made under (this kit's, unless re-rendering older
+    vectors); ``family_cases``: kind -> its cases, each rendered by its family (``families``)."""
     files: dict[str, bytes] = {}
-    for name, set_records in group_sets(records).items():
-        header = formats.set_header(name, level, seed, set_records[0][0], spec_version)
-        files.update(formats.render_set(header, set_records))
-    cases = [case for case, _ in records]
-    for kind, members in (family_cases or {}).items():
+    cases = []
+    for kind, members in family_cases.items():
         files.update(families()[kind].render_files(members, level, seed, spec_version))
         cases += members
     files.update(formats.manifest_files(files, level, seed, clause_index(cases), len(cases),
@@ -60,10 +46,7 @@ def render_level(records: list[Record], level: int, seed: int,
 
 
 def generate_files(level: int = 0, seed: int = DEFAULT_SEED, **options) -> dict[str, bytes]:
-    cases = level_cases(level, seed, **options)
-    records = [(case, case.reference_outputs) for case in cases]
-    return render_level(records, level, seed,
-                        family_cases=level0_family_cases(seed) if level == 0 else None)
+    return render_level(level_cases(level, seed, **options), level, seed)
 
 
 def write_files(out: Path, files: dict[str, bytes], clean: bool = True) -> None:

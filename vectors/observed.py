@@ -56,7 +56,15 @@ class CaseObservations:
     groups: dict[tuple[int, int], GroupLine] = field(default_factory=dict)
 
 
-def read_observed(observed_path) -> list[str]:
+class ObservedLines(list):
+    """The lines of an observed-result file, with the name a report gives it (``path``)."""
+
+    def __init__(self, lines, path):
+        super().__init__(lines)
+        self.path = str(path)
+
+
+def read_observed(observed_path) -> ObservedLines:
     """The lines of an observed-result file; ``UnreadableObserved`` when it is not text or
     holds no result line (empty, or only blank lines and comments); ``OSError`` when it cannot
     be read."""
@@ -70,7 +78,7 @@ def read_observed(observed_path) -> list[str]:
         raise UnreadableObserved(f"{observed_path}: no observed results ({what}); expected "
                                  "lines 'case_id row group scale_byte packed' or 'case_id gs "
                                  "s_g' (docs/vectors.md)")
-    return lines
+    return ObservedLines(lines, observed_path)
 
 
 def resolve_key(key: str, vectors: dict, keys: dict) -> tuple[str | None, str]:

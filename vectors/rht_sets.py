@@ -17,7 +17,7 @@ from hscale.reference.hadamard import TE_SIGN_MASK
 from hscale.reference.rht_quantize import quantize_rht, transformed
 
 from . import hexio
-from .families import SetChoice, coverage
+from .families import SetChoice, case_reader, coverage
 from .group_lines import assembled, read_group_lines, write_group_lines
 
 FORMAT_NAME = "hscale-nvfp4-rht-vectors"
@@ -84,6 +84,10 @@ def case_from_json(entry: dict) -> RhtCase:
     inputs = entry["inputs"]
     x = hexio.matrix_from_rows(inputs["x"], inputs["dtype"], tuple(inputs["shape"]))
     return RhtCase(x, entry["id"], entry.get("title", ""), tuple(entry.get("clauses", ())))
+
+
+#: case ``number`` of a set file (``families.case_reader``)
+read_case = case_reader(case_from_json)
 
 
 def render_files(cases, level: int, seed: int, spec_version: str) -> dict[str, bytes]:

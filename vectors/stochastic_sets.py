@@ -22,7 +22,7 @@ from hscale.reference.random_bits import PER_WORD, ROUTINGS, element_bytes
 from hscale.reference.stochastic_rounding import discarded_top_array
 
 from . import hexio
-from .families import SetChoice, coverage
+from .families import SetChoice, case_reader, coverage
 
 FORMAT_NAME = "hscale-nvfp4-stochastic-vectors"
 SET_PREFIX = "sr_"
@@ -74,6 +74,10 @@ def case_from_json(entry: dict) -> StochasticCase:
         raise ValueError(f"words: shape {words.shape}, not {(shape[0], shape[1] // PER_WORD)}")
     return StochasticCase(x, words, None, entry["id"], entry.get("title", ""),
                           tuple(entry.get("clauses", ())))
+
+
+#: case ``number`` of a set file (``families.case_reader``)
+read_case = case_reader(case_from_json)
 
 
 def set_header(level: int, seed: int, spec_version: str) -> dict:

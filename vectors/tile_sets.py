@@ -16,7 +16,7 @@ from hscale.judge.tiles import TileCase, diagnose_2d
 from hscale.reference.tile_scaling import TILE_RECIPES, quantize_2d
 
 from . import hexio
-from .families import SetChoice, coverage
+from .families import SetChoice, case_reader, coverage
 from .group_lines import assembled, read_group_lines, write_group_lines
 
 FORMAT_NAME = "hscale-nvfp4-tile-vectors"
@@ -70,6 +70,10 @@ def case_from_json(entry: dict) -> TileCase:
     inputs = entry["inputs"]
     w = hexio.matrix_from_rows(inputs["w"], inputs["dtype"], tuple(inputs["shape"]))
     return TileCase(w, entry["id"], entry.get("title", ""), tuple(entry.get("clauses", ())))
+
+
+#: case ``number`` of a set file (``families.case_reader``)
+read_case = case_reader(case_from_json)
 
 
 def render_files(cases, level: int, seed: int, spec_version: str) -> dict[str, bytes]:

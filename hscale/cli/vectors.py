@@ -20,18 +20,22 @@ from .args import UsageError, check_at_least, check_output_file, error_text, fai
 
 
 def _family_options(parser, command: str) -> None:
-    """Each vector family's option (``--recipe``, ``--gemm-model``, ...): the kinds' rows name
-    the families (hscale.judge.kinds), each family's ``CHOICE`` its option."""
+    """Each vector family's option (``--profile``, ``--recipe``, ``--gemm-model``, ...): the
+    kinds' rows name the families (hscale.judge.kinds), each family's ``CHOICE`` its option
+    (for ``expect``, where it has an ``expect_help``)."""
     from hscale.vectors.families import families
     for family in families().values():
         choice = family.CHOICE
-        parser.add_argument(choice.option, default=None, metavar=choice.name.split()[-1].upper(),
-                            help=choice.check_help if command == "check" else choice.expect_help)
+        text = choice.check_help if command == "check" else choice.expect_help
+        if text:
+            parser.add_argument(choice.option, default=None,
+                                metavar=choice.name.split()[-1].upper(), help=text)
     if command == "check":  # the options declaring each family's domain (its CHOICE's)
         for family in families().values():
             for option in family.CHOICE.domain_options:
                 parser.add_argument(option.option, default=None, metavar=option.metavar,
-                                    help=option.help)
+                                    help=option.help,
+                                    action="append" if option.repeatable else "store")
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -73,13 +77,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     p.add_argument("--errors", type=int, default=20, help="stop after N errors (default 20)")
     p.add_argument("--require-all", action="store_true",
                    help="also fail when groups of the vectors are missing from the file")
-    p.add_argument("--profile", default="exact", metavar="PROFILE",
-                   help="exact (default: bit for bit), faithful (the certificate, with the "
-                        "divergences --allow names) or format (the format clauses only), as "
-                        "the conformance suite judges")
-    p.add_argument("--allow", action="append", default=[], metavar="NAME",
-                   help="an allowance of the faithful or format profile (repeatable), e.g. "
-                        "reciprocal-multiply; the names of docs/spec.md section 7")
     _family_options(p, "check")
 
     p = commands.add_parser("expect", help="write the observed file a conforming "
@@ -174,22 +171,19 @@ def _generate(args) -> int:
     return 0
 
 
-def _chosen_family(args) -> str | None:
-    """The vector family ``check`` or ``expect`` works on (its option given), or None for the
-    weight sets; a usage error when two are, or when the value is not one of the family's."""
+def _chosen_family(args) -> str:
+    """The vector family ``check`` or ``expect`` works on: the one whose option is given, else
+    the one with a ``default`` (the weight sets, judged under the exact profile); a usage error
+    when two are given."""
     from hscale.vectors.families import families
     chosen = [kind for kind, family in families().items()
               if getattr(args, family.CHOICE.dest, None)]
     if len(chosen) > 1:
         raise UsageError(" and ".join(families()[k].CHOICE.option for k in chosen)
                          + ": one kind's sets at a time")
-    if not chosen:
-        return None
-    choice = families()[chosen[0]].CHOICE
-    value = getattr(args, choice.dest)
-    if value not in choice.choices():
-        raise UsageError(f"{choice.option} {value}: one of {', '.join(choice.choices())}")
-    return chosen[0]
+    if chosen:
+        return chosen[0]
+    return next(kind for kind, family in families().items() if family.CHOICE.default)
 
 
 def _family(kind: str):
@@ -197,53 +191,61 @@ def _family(kind: str):
     return families()[kind]
 
 
-def _family_cases(directory, kind: str) -> list:
-    """The cases of DIR's sets of ``kind``, or a usage error when it has none."""
+def _choice_value(args, kind: str, declared=None) -> str:
+    """The value of the kind's option (its ``default`` when not given), checked with the
+    ``declared`` domain: a usage error when the family does not judge under it."""
+    choice = _family(kind).CHOICE
+    value = getattr(args, choice.dest, None) or choice.default
+    try:
+        choice.accept(value, declared)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    return value
+
+
+def _family_cases(directory, kind: str) -> tuple[list, str]:
+    """(the cases of DIR's sets of ``kind``, the note on DIR's checksums), or a usage error
+    when it has none."""
     from hscale.vectors.check import open_vectors
     family = _family(kind)
-    cases = [case for name, case in open_vectors(directory).family_cases.values()
-             if name.startswith(family.SET_PREFIX)]
+    opened = open_vectors(directory)
+    cases = [case for name, case in opened.by_kind[kind].values()]
     if not cases:
         raise UsageError(f"{directory}: no {kind} set ({family.SET_PREFIX}*.json) in it: "
                          f"{family.CHOICE.option} judges the {kind} kind's vectors")
-    return cases
+    return cases, opened.note
 
 
 def _check_family(args, kind: str) -> int:
-    """``check --recipe R`` or ``check --gemm-model M``: the observed file's cases of the kind
-    judged as an R kernel's (an M GEMM's)."""
+    """``check``: the observed file judged against DIR's sets of the kind, as the family's
+    option says (``--profile P``: a weight quantizer under profile P; ``--recipe R``: an R
+    kernel; ``--gemm-model M``: an M GEMM)."""
+    from hscale.vectors.observed import read_observed
     check_at_least("--errors", args.errors, 1)
+    choice = _family(kind).CHOICE
     declared = _declared_domain(args, kind)
-    choice_name = _family(kind).CHOICE.name
-    choice = getattr(args, _family(kind).CHOICE.dest)
-    cases = _family_cases(args.dir, kind)
-    try:
-        lines = Path(args.observed).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"--observed {args.observed}: cannot be read ({error})") from None
-    report, errors = _family(kind).check_lines(cases, lines, choice, args.errors,
+    value = _choice_value(args, kind, declared)
+    cases, note = _family_cases(args.dir, kind)
+    lines = read_observed(args.observed)
+    if note:
+        print(note)
+    report, errors = _family(kind).check_lines(cases, lines, value, args.errors,
                                                args.require_all, declared)
-    for line in report:
+    for line in report + choice.verdict(str(args.observed), str(args.dir), kind, choice, value,
+                                        errors):
         print(line)
-    if errors:
-        print(f"{args.observed}: {plural(errors, 'error')} ({choice_name} {choice})")
-        return 1
-    print(f"{args.observed}: conforms to the {kind} vectors of {args.dir} under the "
-          f"{choice} {choice_name}")
-    return 0
+    return 1 if errors else 0
 
 
-def _declared_domain(args, kind: str | None):
-    """The declared domain ``check --require-all`` asks the cases of, read by the kind's
-    family's ``CHOICE`` from the options it declares (None: it declares none); an option of
-    another kind's domain is a usage error rather than ignored."""
+def _declared_domain(args, kind: str):
+    """The declared domain ``check`` judges under, read by the kind's family's ``CHOICE`` from
+    the options it declares (None: it declares none); an option of another kind's domain is a
+    usage error rather than ignored."""
     from hscale.vectors.families import families
     for other, family in families().items():
         for option in family.CHOICE.domain_options:
             if other != kind and getattr(args, option.dest, None) is not None:
                 raise UsageError(f"{option.option} applies with {family.CHOICE.option} only")
-    if kind is None:
-        return None
     choice = _family(kind).CHOICE
     try:
         return choice.declared({o.dest: getattr(args, o.dest) for o in choice.domain_options})
@@ -274,52 +276,30 @@ def _run(args) -> int:
         print(f"{args.dir}: OK (every case recomputed from its stored inputs, every checksum "
               "matches)")
         return 0
-    family = _chosen_family(args) if command in ("check", "expect") else None
-    if command == "check" and family:
-        return _check_family(args, family)
     if command == "check":
-        _declared_domain(args, None)  # a domain option without its family: a usage error
-        from hscale.judge.profiles import check_profile
-        from hscale.vectors.check import check
-        check_at_least("--errors", args.errors, 1)
-        try:
-            profile, allowances = check_profile(args.profile, tuple(dict.fromkeys(args.allow)))
-        except ValueError as error:
-            raise UsageError(f"--profile {args.profile}"
-                             + "".join(f" --allow {a}" for a in args.allow)
-                             + f": {error}") from None
-        return check(args.dir, args.observed, max_errors=args.errors,
-                     require_all=args.require_all, profile=profile, allowances=allowances)
+        return _check_family(args, _chosen_family(args))
     if command == "expect":
-        from hscale.vectors.check import observed_lines
         check_output_file("--out", args.out)  # before the work
-        if family:
-            cases = _family_cases(args.dir, family)
-            module = _family(family)
-            lines = module.expect_lines(cases, getattr(args, module.CHOICE.dest), not args.no_gs)
-            write_text(args.out, "\n".join(lines) + "\n")
-            return 0
-        lines = observed_lines(args.dir, not args.no_gs, index_keys=args.index_keys,
-                               swizzled=args.swizzled, reciprocal=args.reciprocal)
+        kind = _chosen_family(args)
+        choice, value = _family(kind).CHOICE, _choice_value(args, kind)
+        cases, _ = _family_cases(args.dir, kind)
+        lines = _family(kind).expect_lines(
+            cases, value, not args.no_gs,
+            **{name: getattr(args, name) for name in choice.expect_options})
         write_text(args.out, "\n".join(lines) + "\n")
         return 0
     if command == "explain":
         from hscale.vectors.check import open_vectors
-        from hscale.vectors.explain import explain_group
         from hscale.vectors.families import families
         if not Path(args.dir).exists() and args.case.isdigit():  # CASE ROW [GROUP], no DIR
             args.dir, args.case, args.row, args.group = (DEFAULT_LEVEL0_DIR, str(args.dir),
                                                          int(args.case), args.row)
         opened = open_vectors(args.dir)
-        if args.case in opened.family_cases:
-            file_name, case = opened.family_cases[args.case]
-            kind = next(k for k, m in families().items() if file_name.startswith(m.SET_PREFIX))
-            print(families()[kind].explain(file_name, case, args.row, args.group))
-            return 0
-        if args.case not in opened.cases:
-            raise UsageError(_unknown_case(args.case, {**opened.cases, **opened.family_cases},
-                                           args.dir))
-        print(explain_group(*opened.cases[args.case], args.row, args.group))
+        kind = opened.kind_of(args.case)
+        if kind is None:
+            raise UsageError(_unknown_case(args.case, opened.every_case, args.dir))
+        file_name, case = opened.by_kind[kind][args.case]
+        print(families()[kind].explain(file_name, case, args.row, args.group))
         return 0
     if command == "clauses":
         from hscale.vectors.docs import clause_table

@@ -18,9 +18,9 @@ kinds existed keeps working unchanged). Each row owns everything the kit does wi
 - ``checker`` and ``fixture``: the suite's checker of the kind and the fixture name its tests
   take it by; ``tally``: the per-backend counts its checker keeps, whose ``section()`` is the
   kind's own part of the certificate;
-- ``family``: the module of its golden-vector sets (``hscale.vectors``), whose ``CHOICE`` says
-  what ``hscale vectors check`` and ``expect`` judge its sets as; the weight kind's sets are the
-  catalogue's own (``family`` None);
+- ``family``: the module of its golden-vector sets (``hscale.vectors``, each with the members
+  ``hscale.vectors.families`` lists), which ``hscale vectors generate``, ``verify``, ``check``,
+  ``expect`` and ``explain`` call alike;
 - ``description``: one line, for the docs, the certificate and ``hscale conform``.
 
 The checker, tally and family live in layers above the judge (the suite, the vectors), so the
@@ -196,8 +196,8 @@ class Kind:
     fixture: str = ""
     #: the per-backend counts of its checker (``module:Class``); ``section()`` its certificate part
     tally: str = TALLY
-    #: the module of its golden-vector sets (None: the weight sets of the catalogue)
-    family: str | None = None
+    #: the module of its golden-vector sets (``hscale.vectors.families``)
+    family: str = ""
 
     def judges(self, clause: str) -> bool:
         return clause.startswith(self.clause_prefixes) and clause not in JUDGED_ELSEWHERE
@@ -223,7 +223,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          (Declaration("capabilities", "the methods and inits it implements",
                       lambda: tuple(sorted(CAPABILITIES)), many=True),),
          domain=_weight_domain, checker="hscale.conformance.checker:Checker",
-         fixture="checker"),
+         fixture="checker", family="hscale.vectors.weight_sets"),
     Kind("activation",
          "a run-time activation quantizer: quantize_activations(x, global_scale) returns the "
          "codes and scale bytes an engine feeds its FP4 matmul (docs/spec.md section 8)",

@@ -134,12 +134,11 @@ def test_every_name_a_row_gives_resolves():
     for kind in KINDS.values():
         assert callable(resolve(kind.checker).for_test), kind.name
         assert isinstance(resolve(kind.tally)().section(), dict), kind.name
-        if kind.family is not None:
-            family = resolve(kind.family)
-            for member in ("FORMAT_NAME", "SET_PREFIX", "CHOICE", "level0_cases",
-                           "render_files", "verify_document", "case_from_json",
-                           "expect_lines", "check_lines", "explain"):
-                assert hasattr(family, member), (kind.name, member)
+        family = resolve(kind.family)
+        for member in ("FORMAT_NAME", "SET_PREFIX", "CHOICE", "level0_cases", "read_case",
+                       "render_files", "verify_document", "case_from_json",
+                       "expect_lines", "check_lines", "explain"):
+            assert hasattr(family, member), (kind.name, member)
 
 
 @pytest.mark.clause("SUITE-KINDS-1")

@@ -21,7 +21,7 @@ SIGNATURE = ("cases", "lines", "choice", "max_errors", "require_all", "declared"
 
 
 def test_every_family_check_has_one_signature():
-    assert set(families()) >= {"activation", "gemm", "stochastic", "rht", "tile"}
+    assert set(families()) >= {"weight", "activation", "gemm", "stochastic", "rht", "tile"}
     for kind, family in families().items():
         parameters = inspect.signature(family.check_lines).parameters
         assert tuple(parameters) == SIGNATURE, kind

@@ -157,8 +157,7 @@ def discover_sets(directory: Path = LEVEL0) -> list[VectorSet]:
     """Every weight-quantizer parameter set of a vector directory: the .hex files its manifest
     lists (all *.hex files when there is no manifest), sorted by name. The other kinds' sets
     (run-time activation quantizers ``act_*``, GEMMs ``gemm_*``) are not the RTL quantizer's."""
-    from hscale.vectors.families import families
-    other_kinds = tuple(family.SET_PREFIX for family in families().values())
+    from hscale.vectors.families import owner
     directory = Path(directory)
     manifest = directory / "manifest.json"
     if manifest.exists():
@@ -167,7 +166,7 @@ def discover_sets(directory: Path = LEVEL0) -> list[VectorSet]:
     else:
         names = sorted(p.name for p in directory.glob("*.hex")
                        if not p.name.endswith((".gs.hex", ".swz.hex")))
-    return [read_set(directory / n) for n in names if not n.startswith(other_kinds)]
+    return [read_set(directory / n) for n in names if owner(n[:-len(".hex")]) == "weight"]
 
 
 def bench_layout(w_bits: int, has_h: int) -> dict:
