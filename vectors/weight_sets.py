@@ -36,6 +36,7 @@ def _allowances(allow) -> tuple:
 def _check_profile(profile: str, allowances) -> None:
     """The profile and its allowances checked together (``check_profile``): a ValueError
     naming both options."""
+    allowances = tuple(allowances or ())
     try:
         check_profile(profile, allowances)
     except ValueError as error:
