@@ -8,8 +8,9 @@ project's one case model, :class:`hscale.judge.cases.Case`.
 """
 
 from .catalogue import DEFAULT_SEED, LEVEL0_DIR, level0_cases
-from .check import check, load_vectors, observed_lines
+from .check import check, observed_lines
 from .generate import generate_files, write_files
+from .stored import load_vectors
 from .verify import verify_dir
 
 __all__ = ["DEFAULT_SEED", "LEVEL0_DIR", "check", "generate_files", "level0_cases", "load_vectors",

@@ -62,7 +62,7 @@ def line_width_table(seed: int = DEFAULT_SEED) -> str:
 
 
 def worked_example(directory: Path = LEVEL0_DIR) -> str:
-    from .check import load_vectors
+    from .stored import load_vectors
     from .explain import explain_group
 
     case_id, row, group = EXAMPLE

@@ -319,7 +319,7 @@ def stored_cases(directory=None) -> dict[str, GemmCase]:
     """case id -> GEMM case of the sets stored in ``directory`` (default: the committed level
     0), as ``hscale vectors check`` reads them: what the suite and ``hscale interop`` run."""
     from .catalogue import LEVEL0_DIR
-    from .check import open_vectors
+    from .stored import open_vectors
     opened = open_vectors(LEVEL0_DIR if directory is None else directory)
     return {case_id: case for case_id, (_, case) in opened.by_kind["gemm"].items()}
 

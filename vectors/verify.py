@@ -19,7 +19,7 @@ from .catalogue import clause_index
 from .families import family_of
 from .generate import _is_vector_file
 
-from .check import read_manifest
+from .stored import read_manifest
 from .serialize import MalformedVectors, read_vector_document
 
 

@@ -206,7 +206,7 @@ def _choice_value(args, kind: str, declared=None) -> str:
 def _family_cases(directory, kind: str) -> tuple[list, str]:
     """(the cases of DIR's sets of ``kind``, the note on DIR's checksums), or a usage error
     when it has none."""
-    from hscale.vectors.check import open_vectors
+    from hscale.vectors.stored import open_vectors
     family = _family(kind)
     opened = open_vectors(directory)
     cases = [case for name, case in opened.by_kind[kind].values()]
@@ -289,8 +289,8 @@ def _run(args) -> int:
         write_text(args.out, "\n".join(lines) + "\n")
         return 0
     if command == "explain":
-        from hscale.vectors.check import open_vectors
         from hscale.vectors.families import families
+        from hscale.vectors.stored import open_vectors
         if not Path(args.dir).exists() and args.case.isdigit():  # CASE ROW [GROUP], no DIR
             args.dir, args.case, args.row, args.group = (DEFAULT_LEVEL0_DIR, str(args.dir),
                                                          int(args.case), args.row)

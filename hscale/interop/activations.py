@@ -87,9 +87,8 @@ def seeded_cases():
 
 def level0_activation_cases():
     from hscale.vectors import LEVEL0_DIR
-    from hscale.vectors.check import open_vectors
-    return [case for name, case in open_vectors(LEVEL0_DIR).family_cases.values()
-            if name.startswith("act_")]
+    from hscale.vectors.stored import open_vectors
+    return [case for _, case in open_vectors(LEVEL0_DIR).by_kind["activation"].values()]
 
 
 def run_suite(spec: str, work: Path) -> dict:

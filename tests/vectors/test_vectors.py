@@ -476,7 +476,7 @@ def weight_sets(directory: Path, pattern: str) -> list[Path]:
     """The weight sets' files of a vector directory (the act_* sets are the activation kind's,
     tests/vectors/test_activation_vectors.py; the gemm_* sets the gemm kind's,
     tests/vectors/test_gemm_vectors.py)."""
-    from hscale.vectors.check import set_stem
+    from hscale.vectors.stored import set_stem
     from hscale.vectors.families import owner
     return [p for p in directory.glob(pattern) if owner(set_stem(p.name)) == "weight"]
 
