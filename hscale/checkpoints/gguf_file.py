@@ -170,7 +170,7 @@ class GGUFFile:
     def _read_header(self) -> None:
         if self.size < 4 or bytes(self.buffer[:4]) != MAGIC:
             raise GGUFFileError(f"{self.path}: not a GGUF file (it does not begin with the bytes "
-                                f"GGUF; spec {CONTAINER_CLAUSE})")
+                                f"GGUF) (spec {CONTAINER_CLAUSE})")
         (version,), at = self._unpack("<I", 4, "the version")
         if version and not version & 0xFFFF:  # llama.cpp's test (gguf.cpp), gguf's too
             self._fail(f"version field 0x{version:08X}: a GGUF file of the other byte order "
