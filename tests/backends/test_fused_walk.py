@@ -355,6 +355,16 @@ def test_a_library_that_does_not_load_is_built_again(monkeypatch, tmp_path):
     assert "no C++ compiler" in backend.fused.disabled
 
 
+def test_a_package_is_named_by_the_walks_outputs(monkeypatch):
+    """A walk with other outputs (the group objectives added for the report) is another
+    package: one built for the old outputs is never loaded for the new."""
+    from hscale.backends import torch_aot
+    settings = torch_compile.compile_settings("cpu")
+    name = torch_aot.package_name((False, False, "cpu"), settings)
+    monkeypatch.setattr(torch_aot, "OUTPUTS", torch_aot.OUTPUTS - 1)
+    assert torch_aot.package_name((False, False, "cpu"), settings) != name
+
+
 def test_the_cache_directory_is_the_kits_and_keyed_by_torch_version(monkeypatch, tmp_path):
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
     for name in ("HSCALE_CACHE_DIR", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR"):
