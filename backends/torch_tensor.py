@@ -407,9 +407,9 @@ class ObjectiveRun:
             return
         run = self.run
         w = run.weight[r0:r1, GROUP * i0:GROUP * i1].reshape(-1, GROUP)
-        chosen = chosen_t.t().reshape(-1).to(self.squared.device).long()
-        c0 = initial_t.t().reshape(-1).long().clamp_min(LADDER_FIRST_BYTE)  # zero groups
-        chosen = chosen.clamp_min(LADDER_FIRST_BYTE)
+        # zero groups (0x00) at the live stand-in byte 0x01, where their objective is 0
+        chosen = chosen_t.t().reshape(-1).long().clamp_min(LADDER_FIRST_BYTE)
+        c0 = initial_t.t().reshape(-1).long().clamp_min(LADDER_FIRST_BYTE)
         (values,) = run.group_objectives(run.abs_t(w), chosen, c0, None,
                                          [run.h_columns(i0, i1, rows, self.h)])
         self.weighted[r0:r1, i0:i1] = values.view(rows, groups, 2)
