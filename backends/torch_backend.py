@@ -42,7 +42,7 @@ from hscale.reference import (E2M1_VALUES, SCALE_BYTE_VALUES, QuantizedWeight, Q
                               compute_global_scale, validation)
 from hscale.reference.constants import DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U
 from hscale.reference.gptq import damped_hessian
-from hscale.reference.quantize import Options
+from hscale.reference.quantize import Options, check_objectives_h
 
 from . import gemm as gemm_kind
 from . import torch_gemm
@@ -465,8 +465,7 @@ def _objective_request(objectives: bool, objectives_h, cols: int):
     reference checks it (NVFP4-IN-2), None for h = 1 alone."""
     if not objectives:
         return None
-    return (None if objectives_h is None
-            else validation.check_hessian_diag(objectives_h, cols),)
+    return (check_objectives_h(objectives_h, cols),)
 
 
 def _numpy_dtype(torch_dtype):

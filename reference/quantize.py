@@ -152,8 +152,7 @@ class ObjectiveRequest:
         """The request of a call, or None where it asked for none; ``h`` the search's."""
         if not objectives:
             return None
-        if objectives_h is not None:
-            objectives_h = validation.check_hessian_diag(objectives_h, shape[1] * GROUP_SIZE)
+        objectives_h = check_objectives_h(objectives_h, shape[1] * GROUP_SIZE)
         searched = None
         if options.method == "scale-only":
             searched = "squared"  # HSCALE-METHOD-1: the search's h = 1
@@ -178,6 +177,17 @@ class ObjectiveRequest:
 
     def record(self) -> GroupObjectives:
         return GroupObjectives(self.squared, self.weighted)
+
+
+def check_objectives_h(objectives_h, cols: int):
+    """The h of a caller's objectives as float64 (n,), checked as h is (NVFP4-IN-2) and named as
+    the caller passed it; None stays None."""
+    if objectives_h is None:
+        return None
+    try:
+        return validation.check_hessian_diag(objectives_h, cols)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("hessian_diag", "objectives_h", 1)) from None
 
 
 def plan_blocks(rows: int, group_cols: int, block_groups: int) -> list[tuple[int, int, int, int]]:

@@ -123,11 +123,17 @@ def test_the_searchs_objectives_are_the_rescorings_on_hard_groups(method, backen
         objectives_h=other).objectives, f"{backend_name} {method}, another h")
 
 
-def test_an_objective_request_checks_its_h_as_the_hessian_diagonal_is_checked():
+@pytest.mark.parametrize("backend_name", ["numpy", "torch"])
+def test_an_objective_request_checks_its_h_as_the_hessian_diagonal_is_checked(backend_name):
+    run = quantize
+    if backend_name == "torch":
+        pytest.importorskip("torch")
+        from hscale.backends.torch_backend import TorchBackend
+        run = TorchBackend("cpu", compile=False).quantize
     weight, h, _ = _layer(rows=12, cols=32)
-    with pytest.raises(ValueError, match="NVFP4-IN-2"):
-        quantize(weight, h, objectives=True, objectives_h=h[:16])
+    with pytest.raises(ValueError, match=r"objectives_h: shape \(16,\).*NVFP4-IN-2"):
+        run(weight, h, objectives=True, objectives_h=h[:16])
     bad = h.copy()
     bad[3] = -1.0
-    with pytest.raises(ValueError, match=r"hessian_diag\[3\]"):
-        quantize(weight, h, objectives=True, objectives_h=bad)
+    with pytest.raises(ValueError, match=r"objectives_h\[3\] = -1.0: must be non-negative"):
+        run(weight, h, objectives=True, objectives_h=bad)
