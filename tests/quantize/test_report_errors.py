@@ -1,6 +1,7 @@
 """The quantization report's errors against RTN read from the group objectives
 (``rounding_quality``): the same figures as decoding both results (``layer_quality``), exact
-against a ``fractions.Fraction`` evaluation on a small layer, and the same on every backend."""
+against a ``fractions.Fraction`` evaluation on a small layer, and the same on every backend;
+the objectives the search hands back (``quantize(objectives=True)``) are the rescoring's."""
 
 from __future__ import annotations
 
