@@ -73,7 +73,7 @@ def diagnose_rht_gemm(case: RhtGemmCase, observed_dy: ObservedActivations,
     clear = (interval.low - bound + margin <= approximate) & \
         (approximate <= interval.high + bound - margin)  # inside in float64 with room to spare
     outside = 0
-    for i, j in zip(*np.nonzero(~clear)):
+    for i, j in ((int(i), int(j)) for i, j in zip(*np.nonzero(~clear))):
         p, e = product[i][j], Fraction(float(bound[i, j]))
         low, high = Fraction(float(interval.low[i, j])), Fraction(float(interval.high[i, j]))
         if low - e <= p <= high + e:
