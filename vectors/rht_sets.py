@@ -14,7 +14,7 @@ from hscale.judge.findings import fp32_hex, plural
 from hscale.judge.rht import RhtCase, RhtDomain, diagnose_rht
 from hscale.judge.activation_domain import ObservedActivations
 from hscale.reference.hadamard import TE_SIGN_MASK
-from hscale.reference.rht_quantize import quantize_rht, transformed
+from hscale.reference.rht_quantize import quantize_rht, source_of, transformed
 
 from . import hexio
 from .families import SetChoice, coverage
@@ -24,6 +24,8 @@ FORMAT_NAME = "hscale-nvfp4-rht-vectors"
 SET_PREFIX = "rht_"
 SET_NAME = "rht_16x16"
 FORMAT_VERSION = 1
+#: The sets' token counts that are no multiple of 16 are padded with zero tokens (NVFP4-RHT-1).
+PADDING = "zeros"
 #: variant -> (sign mask, rounding profile); the column-wise axis throughout.
 VARIANTS = {"te-exact": (TE_SIGN_MASK, "exact"), "te-fast-math": (TE_SIGN_MASK, "fast-math"),
             "plain-exact": (0, "exact"), "plain-fast-math": (0, "fast-math")}
@@ -56,14 +58,25 @@ def level0_cases(seed: int = 0) -> list[RhtCase]:
                 ("NVFP4-RHT-1", "NVFP4-RHT-2", "NVFP4-RHT-3")),
         RhtCase(_bf16(rng.standard_normal((16, 48))), "rht-wide", "16 tokens, 48 features: "
                 "one block along the transformed axis", ("NVFP4-RHT-1",)),
+        RhtCase(_bf16(rng.standard_normal((20, 32))), "rht-padded-20-tokens", "20 tokens: "
+                "padded with 12 zero tokens to 32 (rht_padding = zeros)",
+                ("NVFP4-RHT-1", "NVFP4-RHT-3")),
+        RhtCase(_bf16(np.exp(rng.standard_normal((40, 16))) * 8), "rht-padded-40-tokens",
+                "40 tokens of one sign: the 8 zero tokens of the last block transformed with "
+                "it (rht_padding = zeros)", ("NVFP4-RHT-1",)),
     ]
+
+
+def padded_source(case: RhtCase) -> np.ndarray:
+    """The transformed tensor's source (features, tokens), tokens padded with zeros."""
+    return source_of(case.x, "columnwise", PADDING)
 
 
 def _expected(case: RhtCase) -> dict:
     out = {}
     for variant, (mask, profile) in VARIANTS.items():
-        y = transformed(case.x, mask=mask, profile=profile)
-        result = quantize_rht(case.x, mask=mask, profile=profile)
+        y = transformed(case.x, mask=mask, profile=profile, padding=PADDING)
+        result = quantize_rht(case.x, mask=mask, profile=profile, padding=PADDING)
         out[variant] = (y, result)
     return out
 
@@ -93,7 +106,10 @@ def render_files(cases, level: int, seed: int, spec_version: str) -> dict[str, b
                 "kind": "rht", "variants": {v: {"sign_mask": f"0x{m:04X}", "profile": p}
                                             for v, (m, p) in VARIANTS.items()},
                 "axis": "columnwise: the transposed copy (features, tokens) is transformed and "
-                        "quantized", "cases": [case_json(case) for case in cases]}
+                        "quantized", "padding": "zeros: a token count not a multiple of 16 is "
+                        "padded with zero tokens (a kernel that refuses such tensors, "
+                        "rht_padding = refuse, is not judged on the rht-padded-* cases)",
+                "cases": [case_json(case) for case in cases]}
     return {f"{SET_NAME}.json": dumps(document).encode("ascii")}
 
 
@@ -108,7 +124,7 @@ def expect_lines(cases, variant: str, with_global_scale: bool = True) -> list[st
     mask, profile = VARIANTS[variant]
     lines = []
     for case in cases:
-        result = quantize_rht(case.x, mask=mask, profile=profile)
+        result = quantize_rht(case.x, mask=mask, profile=profile, padding=PADDING)
         lines += write_group_lines(case.id, result.codes, result.scale_bytes,
                                    result.global_scale)
     return lines
@@ -117,13 +133,13 @@ def expect_lines(cases, variant: str, with_global_scale: bool = True) -> list[st
 def check_lines(cases, lines: list[str], variant: str, max_errors: int = 20,
                 require_all: bool = False) -> tuple[list, int]:
     mask, profile = VARIANTS[variant]
-    domain = RhtDomain(mask, profile, "columnwise")
+    domain = RhtDomain(mask, profile, "columnwise", PADDING)
     by_id = {case.id: case for case in cases}
     seen = read_group_lines(lines, set(by_id), "rht")
     report, errors = [], 0
     for case_id, entry in seen.items():
         case = by_id[case_id]
-        expected = quantize_rht(case.x, mask=mask, profile=profile)
+        expected = quantize_rht(case.x, mask=mask, profile=profile, padding=PADDING)
         codes, scale_bytes, missing = assembled(entry, expected.codes, expected.scale_bytes)
         if missing:
             report.append(f"{case_id}: {plural(len(missing), 'group')} missing from the file "
@@ -135,7 +151,7 @@ def check_lines(cases, lines: list[str], variant: str, max_errors: int = 20,
             errors += 1
             if errors <= max_errors:
                 report.append(f"{case_id} {finding.render()}")
-    total = sum(np.asarray(case.x).size // 16 for case in cases)
+    total = sum(padded_source(case).size // 16 for case in cases)
     observed = sum(len(entry["groups"]) for entry in seen.values())
     absent = [case.id for case in cases if case.id not in seen]
     tail, missing = coverage(observed, total, absent, "group", "rht vectors", require_all)
@@ -145,7 +161,7 @@ def check_lines(cases, lines: list[str], variant: str, max_errors: int = 20,
 def explain(file_name: str, case: RhtCase, row: int, group: int) -> str:
     """One group of the transformed tensor (row = feature, group = 16 tokens) under every
     variant: the 16 inputs, the transformed values, the byte and codes."""
-    x = np.asarray(case.x)
+    x = padded_source(case).T  # (tokens padded to a multiple of 16, features)
     features, tokens = x.shape[1], x.shape[0]
     if not (0 <= row < features and 0 <= group < tokens // 16):
         raise ValueError(f"case {case.id}: the transformed tensor has {features} rows and "

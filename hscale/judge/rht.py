@@ -5,7 +5,7 @@ and axis.
 A result is first compared with what the reference makes of the same input under the
 declared options and under each single departure from them, so that a finding names the rule
 broken: another sign vector (a plain one, TransformerEngine's, or the declared one with one sign
-flipped) or axis (NVFP4-RHT-1), the transformed values rounded otherwise
+flipped), axis, or padding (a short block filled with copies of its last token) (NVFP4-RHT-1), the transformed values rounded otherwise
 (NVFP4-RHT-2), the global amax taken before the transform (NVFP4-RHT-3); anything else is
 judged by the activation judge on the transformed values under the profile's recipe (its
 findings cited as NVFP4-RHT-3, with the recipe's clause in their text).
@@ -81,6 +81,18 @@ def _same(observed: ObservedActivations, result) -> bool:
             and np.array_equal(observed.codes, result.codes))
 
 
+def _clamped(x, domain: RhtDomain) -> np.ndarray | None:
+    """``x`` with its transformed axis filled to a multiple of 16 by copies of its last
+    element, or None when nothing is padded."""
+    x = np.asarray(x)
+    axis = 0 if domain.axis == "columnwise" else 1
+    short = -x.shape[axis] % 16
+    if domain.padding != "zeros" or not short:
+        return None
+    last = np.take(x, [-1], axis=axis)
+    return np.concatenate([x, np.repeat(last, short, axis=axis)], axis=axis)
+
+
 def departures(case: RhtCase, domain: RhtDomain) -> list[tuple[str, str, object]]:
     """``(clause, what, result)`` for each single departure from the declared options."""
     out = []
@@ -97,6 +109,11 @@ def departures(case: RhtCase, domain: RhtDomain) -> list[tuple[str, str, object]
                 continue
             out.append(("NVFP4-RHT-1", f"the transform along the {axis} axis, not the declared "
                         f"{domain.axis}", other))
+    clamped = _clamped(case.x, domain)
+    if clamped is not None:
+        out.append(("NVFP4-RHT-1", "the padded tokens not zero: the last block filled with "
+                    "copies of the last token (a clamped load)",
+                    quantize_rht(clamped, **domain.options())))
     for profile in PROFILES:
         if profile != domain.profile:
             y = transformed(case.x, **domain.options(profile=profile))

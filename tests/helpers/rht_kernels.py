@@ -10,7 +10,8 @@ global scale from the input's amax), ``rowwise`` (the rows transformed, not the 
 copy). The transforms of NVFP4-RHT-4 (``ALGEBRAIC``): ``entry-flipped`` (entry (3, 9) of the
 matrix with the wrong sign), ``no-quarter`` (the 1/4 left out), ``quarter-ulp`` (1/4 one fp32
 ulp high), ``column-swapped`` (columns 0 and 5 exchanged: orthogonal). ``padding="zeros"``:
-a token count not a multiple of 16 padded with zero tokens."""
+a token count not a multiple of 16 padded with zero tokens (fault ``pads-clamped``: with copies
+of the last token, as a kernel whose loads clamp the index)."""
 
 from __future__ import annotations
 
@@ -60,8 +61,9 @@ class Rht:
             t[3, 9] = -t[3, 9]
         if self.fault == "column-swapped":  # columns 0 and 5 exchanged: orthogonal
             t[:, [0, 5]] = t[:, [5, 0]]
-        if self.rht_padding == "zeros":
-            source = np.pad(source, ((0, 0), (0, -source.shape[1] % 16)))
+        if self.rht_padding == "zeros":  # fault "pads-clamped": the last token copied
+            mode = "edge" if self.fault == "pads-clamped" else "constant"
+            source = np.pad(source, ((0, 0), (0, -source.shape[1] % 16)), mode=mode)
         rows, n = source.shape
         y = (source.reshape(rows, n // 16, 16) @ t).reshape(rows, n)
         y = y.astype(np.float32) if self.fault == "no-bf16" else y.astype(ml_dtypes.bfloat16)

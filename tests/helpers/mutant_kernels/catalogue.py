@@ -426,6 +426,9 @@ def _rht() -> list[Mutant]:
     add("NVFP4-RHT-1", None, 0, "none", "the transform, token counts padded with zeros to a "
         "multiple of 16", breaks=False, why="rht_padding = zeros, declared: it must conform",
         padding="zeros")
+    add("NVFP4-RHT-1", "pads-clamped", 0, "every short axis", "a token count not a multiple "
+        "of 16 padded with copies of the last token (a clamped load), zeros declared",
+        padding="zeros")
     add("NVFP4-RHT-1", "pads-silently", 0, "every short axis", "a token count not a multiple "
         "of 16 padded with zeros, rht_padding = refuse declared")
     # NVFP4-RHT-4: transforms that are not orthogonal, smallest first (one entry of the matrix

@@ -65,7 +65,8 @@ class RhtKernel:
         x = np.asarray(x)
         source = (x if self.fault == "rowwise" else x.T).astype(np.float64)
         if self.rht_padding == "zeros" or self.fault == "pads-silently":  # declared refuse
-            source = np.pad(source, ((0, 0), (0, -source.shape[1] % 16)))
+            mode = "edge" if self.fault == "pads-clamped" else "constant"  # the last token
+            source = np.pad(source, ((0, 0), (0, -source.shape[1] % 16)), mode=mode)
         elif source.shape[1] % 16:
             raise ValueError(f"x: {source.shape[1]} tokens, not a multiple of 16")
         rows, n = source.shape
