@@ -1,7 +1,8 @@
 """Golden vectors of the rht kind (docs/spec.md section 12, docs/vectors.md): bfloat16 tensors
 and, for each variant (TransformerEngine's sign mask 0xD7E8 or a plain transform, the ``exact``
 or ``fast-math`` rounding profile; the column-wise copy), the transformed values and their
-quantization (global scale, scale bytes, codes). One set, ``rht_16x16``, as JSON; ``hscale
+quantization (global scale, scale bytes, codes); token counts not a multiple of 16 padded with
+zero tokens (NVFP4-RHT-1, ``rht_padding = zeros``). One set, ``rht_16x16``, as JSON; ``hscale
 vectors check --rht VARIANT`` reads the group lines of ``hscale.vectors.group_lines``.
 """
 
@@ -21,6 +22,12 @@ from .families import SetChoice, coverage
 from .group_lines import assembled, read_group_lines, write_group_lines
 
 FORMAT_NAME = "hscale-nvfp4-rht-vectors"
+#: The clauses of the kind no vector case holds, and why (hscale.vectors.docs' clause table).
+NO_VECTOR_CASE = {"NVFP4-RHT-4": (
+    "the algebraic check multiplies a kernel's own two quantizations (whatever orthogonal "
+    "transform it applies) and compares with dY^T X within a bound: there are no expected codes "
+    "to store; the suite judges it (conformance/test_rht.py: the identity probe and wgrad "
+    "operands) and tests/judge/test_rht_gemm_judge.py checks what it refuses and admits")}
 SET_PREFIX = "rht_"
 SET_NAME = "rht_16x16"
 FORMAT_VERSION = 1
