@@ -65,7 +65,7 @@ def test_the_rotated_wgrad_gemm_is_the_unrotated_one(rht_checker, same):
     of dY^T X (X^T X: a Gram matrix, whose diagonal shows a scale fault)."""
     rng = np.random.default_rng(7)
     x = _bf16(rng.standard_normal((32, 32)) * np.exp(rng.standard_normal((32, 1))))
-    dy = x if same else _bf16(rng.standard_normal((32, 16)))
+    dy = x if same else _bf16(rng.standard_normal((32, 32)))  # a row-wise kernel: same n
     rht_checker.check_gemm(RhtGemmCase(dy, x, "rht-wgrad", "wgrad operands"))
 
 

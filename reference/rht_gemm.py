@@ -30,6 +30,7 @@ from .constants import GROUP_SIZE
 from .dequantize import dequantize
 from .e2m1 import E2M1_VALUES
 from .e4m3 import SCALE_BYTE_VALUES
+from .float_formats import exact_parts
 
 #: The identity probe's value: c / 4 = 2.625 = 2688 / 1024, so g = 1024 and 1/g = 2^-10 exactly.
 PROBE_VALUE = 10.5
@@ -90,14 +91,11 @@ def quantization_bound(a, b, profile: str) -> np.ndarray:
 
 def _exact_integers(x) -> tuple[np.ndarray, int]:
     """``x`` (finite floats) as Python integers times ``2^exponent``, one exponent."""
-    flat = np.asarray(x).astype(np.float64)
-    fraction, exponents = np.frexp(flat)
-    significands = np.ldexp(fraction, 53).astype(np.int64)
-    nonzero = significands != 0
-    low = int(exponents[nonzero].min()) - 53 if nonzero.any() else 0
-    shifts = np.where(nonzero, exponents - 53 - low, 0)
-    integers = np.vectorize(lambda m, e: int(m) << int(e), otypes=[object])(significands, shifts)
-    return integers, low
+    values = np.asarray(x).astype(np.float64)
+    parts = [exact_parts(v) for v in values.ravel()]
+    low = min((e for n, e in parts if n), default=0)
+    integers = [n << (e - low) if n else 0 for n, e in parts]
+    return np.array(integers, dtype=object).reshape(values.shape), low
 
 
 def unrotated_product(a_source, b_source) -> list[list[Fraction]]:

@@ -46,8 +46,9 @@ class RhtGemmCase:
 
 
 def _operand(observed: ObservedActivations) -> Nvfp4Tensor:
-    return Nvfp4Tensor(observed.codes, observed.scale_bytes,
-                       np.float32(1) / np.float32(observed.global_scale))
+    """The kernel's result as a GEMM operand: its decode multiplier ``fp32(1/g)`` the global
+    scale (NVFP4-GEMM-1)."""
+    return Nvfp4Tensor(observed.codes, observed.scale_bytes, observed.multiplier)
 
 
 def diagnose_rht_gemm(case: RhtGemmCase, observed_dy: ObservedActivations,
