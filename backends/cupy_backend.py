@@ -69,7 +69,8 @@ import numpy as np
 
 from hscale import __version__
 from hscale.backends import CAPABILITIES
-from hscale.reference import SCALE_BYTE_VALUES, Options, QuantizedWeight, Quantizer
+from hscale.reference import (SCALE_BYTE_VALUES, GroupObjectives, Options, QuantizedWeight,
+                              Quantizer)
 from hscale.reference import compute_global_scale, reported_delta, unpack_codes, validation
 from hscale.reference.constants import DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U, GROUP_SIZE
 from hscale.reference.e4m3 import LADDER_LAST_BYTE
@@ -156,7 +157,9 @@ class CupyBackend:
 class DeviceResult:
     """What ``hs_quantize_kernel`` wrote, as arrays of the runtime (CuPy arrays on a GPU):
     ``packed`` uint8 (m, n/2), ``scale_bytes`` and ``initial_bytes`` uint8 (m, n/16), ``codes``
-    uint8 (m, n) or None when not asked for; ``global_scale`` the dequantization multiplier."""
+    uint8 (m, n) or None when not asked for; ``global_scale`` the dequantization multiplier;
+    ``objectives`` a ``GroupObjectives`` of device arrays where the run was asked for them (the
+    torch backends; this kernel does not compute them)."""
 
     packed: object
     scale_bytes: object
@@ -164,6 +167,7 @@ class DeviceResult:
     codes: object
     global_scale: np.float32
     options: Options
+    objectives: GroupObjectives | None = None
 
     def to_host(self, runtime) -> QuantizedWeight:
         """The reference's result record, on the host (delta by the reference's rule)."""
@@ -176,7 +180,14 @@ class DeviceResult:
                                global_scale=self.global_scale,
                                delta=reported_delta(scale_bytes, initial), method=o.method,
                                init=o.init, K=o.K, U=o.U, scale_ceiling=o.scale_ceiling,
-                               initial_bytes=initial)
+                               initial_bytes=initial, objectives=self._host_objectives(runtime))
+
+    def _host_objectives(self, runtime) -> GroupObjectives | None:
+        scored = self.objectives
+        if scored is None:
+            return None
+        return GroupObjectives(runtime.to_host(scored.squared), None if scored.weighted is None
+                               else runtime.to_host(scored.weighted))
 
 
 class FusedQuantizer(Quantizer):

@@ -20,6 +20,7 @@ class NumpyReferenceBackend:
     gemm_out_dtypes = gemm_kind.GEMM_OUT_DTYPES
     gemm_activations = gemm_kind.GEMM_ACTIVATIONS
     gemm_scale_layout = gemm_kind.GEMM_SCALE_LAYOUT
+    hands_back_objectives = True  # quantize(objectives=True): the search's group objectives
 
     def available(self):
         return True, ""

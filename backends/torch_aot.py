@@ -12,8 +12,8 @@ the whole run); the tensors cross as ``AtenTensorHandle``s (``torch._C._aoti``'s
 container holds one model instance per worker thread. On CUDA the package is run by
 ``torch._inductor.package.load_package`` (one thread).
 
-A package's file name carries a digest of the walk's source, the variant and the inductor
-settings, so that a change of any of them compiles afresh (the directory already carries the
+A package's file name carries a digest of the walk's source and this module's (the graph, its
+outputs and how it is exported), the variant and the inductor settings, so that a change of any of them compiles afresh (the directory already carries the
 torch version: ``torch_compile.fused_cache_dir``). Two processes that need the same package at
 once: one compiles it (inductor in a scratch directory of its own), the other waits on a lock
 beside the package and loads it; the files are renamed into place when complete.
@@ -34,7 +34,9 @@ from pathlib import Path
 from . import torch_walk
 
 INPUTS = ("w", "h", "scales", "recips", "deltas", "tops")
-OUTPUTS = 6  # packed, chosen, initial and the three arrays torch_walk.walk keeps as outputs
+# packed, chosen, initial, the group objectives and the three arrays torch_walk.walk keeps as
+# outputs
+OUTPUTS = 7
 
 
 def package_name(variant, settings: dict) -> str:
@@ -42,8 +44,9 @@ def package_name(variant, settings: dict) -> str:
     block_objective, four_over_six, device = variant
     name = (f"walk-{'block' if block_objective else 'weighted'}-"
             f"{'4over6' if four_over_six else 'maxabs'}-{device}")
-    source = Path(torch_walk.__file__).read_bytes()
-    digest = hashlib.sha256(source + repr((variant, sorted(settings.items()))).encode())
+    # the walk's graph and how it is exported (its inputs, outputs and dynamic sizes)
+    source = Path(torch_walk.__file__).read_bytes() + Path(__file__).read_bytes()
+    digest = hashlib.sha256(source + repr((variant, sorted(settings.items()), OUTPUTS)).encode())
     return f"{name}-{digest.hexdigest()[:16]}"
 
 

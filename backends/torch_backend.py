@@ -42,7 +42,7 @@ from hscale.reference import (E2M1_VALUES, SCALE_BYTE_VALUES, QuantizedWeight, Q
                               compute_global_scale, validation)
 from hscale.reference.constants import DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U
 from hscale.reference.gptq import damped_hessian
-from hscale.reference.quantize import Options
+from hscale.reference.quantize import Options, check_objectives_h
 
 from . import gemm as gemm_kind
 from . import torch_gemm
@@ -77,6 +77,7 @@ class TorchBackend:
     gemm_out_dtypes = gemm_kind.GEMM_OUT_DTYPES
     gemm_activations = gemm_kind.GEMM_ACTIVATIONS
     gemm_scale_layout = gemm_kind.GEMM_SCALE_LAYOUT
+    hands_back_objectives = True  # quantize(objectives=True): the search's group objectives
 
     def __init__(self, device: str = "cpu", chunk_groups: int | None = None,
                  compile: bool | None = None):
@@ -130,7 +131,8 @@ class TorchBackend:
         them, the weight's values on the device (NVFP4-IN-1); h (or hscale-block's blocks) as
         numpy or a tensor. Returns a ``DeviceResult`` (the cupy backend's record) of tensors on
         the device: ``packed`` (m, n/2), ``scale_bytes`` and ``initial_bytes`` (m, n/16), all
-        uint8, ``codes`` (m, n) only with ``codes=True``, and ``global_scale``;
+        uint8, ``codes`` (m, n) only with ``codes=True``, ``global_scale``, and with
+        ``objectives=True`` the group objectives (the reference's ``quantize(objectives=)``);
         ``hscale.backends.torch_tensor.to_host(result)`` gives the reference's record."""
         self.require_available()
         return TorchQuantizer(self).quantize_on_device(weight, hessian_diag, **options)
@@ -214,19 +216,22 @@ class TorchQuantizer(Quantizer):
     # -- the whole tensor (torch_tensor) -------------------------------------------------------
     def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs",
                  K=DEFAULT_K, U=DEFAULT_U, scale_ceiling=DEFAULT_SCALE_CEILING,
-                 global_scale=None) -> QuantizedWeight:
+                 global_scale=None, objectives=False, objectives_h=None) -> QuantizedWeight:
         """The reference's signature and result: validated by the reference, quantized as one
-        tensor on the device, the result copied back."""
+        tensor on the device, the result copied back; ``objectives`` as the reference's (the
+        search's own where it ranked by that weighting, ``torch_tensor.ObjectiveRun``)."""
         weight, h, options, given_scale = self.validate(weight, hessian_diag, method, init, K,
                                                         U, scale_ceiling, global_scale)
+        scoring = _objective_request(objectives, objectives_h, weight.shape[1])
         tensor = kernels.as_tensor(self.torch, weight).to(self.device)
         s_g = given_scale if given_scale is not None else self.tensor_global_scale(tensor,
                                                                                    options)
-        return to_host(TensorRun(self, tensor, h, options, s_g).run())
+        return to_host(TensorRun(self, tensor, h, options, s_g, objectives=scoring).run())
 
     def quantize_on_device(self, weight, hessian_diag=None, *, method="hscale", init="maxabs",
                            K=DEFAULT_K, U=DEFAULT_U, scale_ceiling=DEFAULT_SCALE_CEILING,
-                           global_scale=None, codes=False):
+                           global_scale=None, codes=False, objectives=False,
+                           objectives_h=None):
         """``TorchBackend.quantize_on_device``: the reference's checks in its order (NVFP4-IN-1
         .. -6), the weight's values checked on the device."""
         torch = self.torch
@@ -248,6 +253,7 @@ class TorchQuantizer(Quantizer):
         h = validation.check_method_hessian(_host(hessian_diag), method, weight.shape[1])
         if global_scale is not None:
             global_scale = validation.check_global_scale(global_scale)
+        scoring = _objective_request(objectives, _host(objectives_h), weight.shape[1])
         weight = weight.detach().contiguous()
         options = Options(method, init, K, U, scale_ceiling)
         self.fit(weight.numel() // GROUP)
@@ -257,7 +263,7 @@ class TorchQuantizer(Quantizer):
             raise AssertionError("torch.aminmax saw a non-finite weight that numpy did not")
         s_g = (global_scale if global_scale is not None
                else compute_global_scale(amax, options.scale_ceiling))  # NVFP4-GS-1, -2
-        return TensorRun(self, weight, h, options, s_g, codes=codes).run()
+        return TensorRun(self, weight, h, options, s_g, codes=codes, objectives=scoring).run()
 
     def tensor_amax(self, tensor) -> float:
         """max |w| of a tensor by one ``torch.aminmax`` pass (exact in its own dtype; NaN or
@@ -452,6 +458,14 @@ class TorchGroupQuantizer(TorchQuantizer):
             return super().select_bytes(groups, h, s_g, options, context)
         finally:
             self.torch.set_num_threads(saved)
+
+
+def _objective_request(objectives: bool, objectives_h, cols: int):
+    """``TensorRun``'s ``objectives``: None, or ``(h,)`` with the caller's h checked as the
+    reference checks it (NVFP4-IN-2), None for h = 1 alone."""
+    if not objectives:
+        return None
+    return (check_objectives_h(objectives_h, cols),)
 
 
 def _numpy_dtype(torch_dtype):

@@ -10,7 +10,8 @@ fused multiply-adds. On CUDA, Triton is told not to fuse a multiply and an add
 new block shape (rows, groups per row, dtype, method, init, window) is checked once per process
 against the eager pipeline (``torch_tensor.TensorRun.eager_block``) on the real block and on a
 probe of the same shape (exact E2M1 ties at each group's initial byte over the whole ladder,
-one-ulp neighbours, zero groups, -0.0, saturation, h with zeros; ``walk_probe``). A mismatch
+one-ulp neighbours, zero groups, -0.0, saturation, h with zeros; ``walk_probe``): the bytes,
+and the group objectives the walk hands back for the quantization report. A mismatch
 turns the fused path off for the backend that owns it; so does a failure to compile before any
 shape has worked (no C++ compiler, a torch without AOTInductor); a later failure, or a block
 with a size of 1 (outside the library's shapes), sends only that shape to the eager path. A
@@ -171,8 +172,8 @@ class CompiledWalk:
         return fn
 
     def __call__(self, run, block, may_compile: bool):
-        """The fused outputs of ``run``'s block ``(packed (8, C, R), chosen, initial (C, R))``, or
-        None where the caller must run the eager pipeline. Only a caller with ``may_compile``
+        """The fused outputs of ``run``'s block ``(packed (8, C, R), chosen, initial (C, R),
+        scored (4, C, R))``, or None where the caller must run the eager pipeline. Only a caller with ``may_compile``
         (the main thread) builds a library and checks a new block shape."""
         if self.path.disabled:
             return None
@@ -201,12 +202,12 @@ class CompiledWalk:
         if fresh:
             if not (run.matches_eager(block, got) and probe.matches_eager(probe.whole_block(),
                                                                            got_probe)):
-                self.path.disabled = ("the fused walk's bytes differ from the eager pipeline's "
-                                      f"on a block of shape {key[3:]}")
+                self.path.disabled = ("the fused walk's bytes or group objectives differ from "
+                                      f"the eager pipeline's on a block of shape {key[3:]}")
                 say_once(self.path.disabled)
                 return None
             self.verified.add(key)
-        return got[:3]
+        return got[:4]
 
 
 class FusedPath:

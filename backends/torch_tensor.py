@@ -77,7 +77,8 @@ class TensorRun:
     ``torch_compile.CompiledWalk``) where the quantizer uses it, else through the eager steps
     below."""
 
-    def __init__(self, quantizer, weight, h, options: Options, s_g, codes: bool = True):
+    def __init__(self, quantizer, weight, h, options: Options, s_g, codes: bool = True,
+                 objectives=None):
         torch = self.torch = quantizer.torch
         self.q = quantizer
         device = quantizer.device
@@ -98,6 +99,7 @@ class TensorRun:
                       else None)
         self.h_columns_cache = {}
         self.tables = None  # the fused walk's inputs that every block shares (walk_args)
+        self.scoring = None if objectives is None else ObjectiveRun(self, *objectives)
 
     def run(self):
         """Every block through the steps; the result as the cupy backend's ``DeviceResult``."""
@@ -124,7 +126,7 @@ class TensorRun:
                     first.append(block)
             self.q.map_blocks(self.run_block, [b for b in blocks if b not in first], first)
         return DeviceResult(self.packed, self.chosen, self.initial, self.codes, self.s_g,
-                            self.options)
+                            self.options, None if self.scoring is None else self.scoring.record())
 
     # -- one block -----------------------------------------------------------------------------
     def run_block(self, block):
@@ -133,20 +135,27 @@ class TensorRun:
             if fused is not None:
                 self.store_fused(block, *fused)
                 return
-        self.store(block, *self.eager_block(block))
+        weightings = None if self.scoring is None else self.scoring.weightings(block)
+        self.store(block, *self.eager_block(block, weightings))
 
-    def store(self, block, codes, chosen, initial):
-        """A block's codes (R, 16 C), chosen and initial bytes (R, C) into the result."""
+    def store(self, block, codes, chosen, initial, objectives=None):
+        """A block's codes (R, 16 C), chosen and initial bytes (R, C) into the result, and its
+        group objectives ((G, 2) each) where asked for."""
         r0, r1, i0, i1 = block
+        if objectives is not None:
+            self.scoring.store(block, objectives)
         if self.codes is not None:
             self.codes[r0:r1, GROUP * i0:GROUP * i1] = codes
         self.packed[r0:r1, 8 * i0:8 * i1] = codes[:, 0::2] | (codes[:, 1::2] << 4)  # PACK-1
         self.chosen[r0:r1, i0:i1] = chosen
         self.initial[r0:r1, i0:i1] = initial
 
-    def store_fused(self, block, packed_t, chosen_t, initial_t):
-        """The fused walk's outputs, (8, C, R) and (C, R), into the row-major result."""
+    def store_fused(self, block, packed_t, chosen_t, initial_t, scored_t):
+        """The fused walk's outputs, (8, C, R), (C, R) and (4, C, R), into the row-major
+        result."""
         r0, r1, i0, i1 = block
+        if self.scoring is not None:
+            self.scoring.store_fused(block, chosen_t, initial_t, scored_t)
         packed = self.packed[r0:r1, 8 * i0:8 * i1]
         packed.view(r1 - r0, i1 - i0, 8).copy_(packed_t.permute(2, 1, 0))
         self.chosen[r0:r1, i0:i1] = chosen_t.t()
@@ -156,8 +165,10 @@ class TensorRun:
             codes[:, 0::2] = packed & 0xF  # NVFP4-PACK-1: element 2i in the low nibble
             codes[:, 1::2] = packed >> 4
 
-    def eager_block(self, block):
-        """The block's (codes (R, 16 C), chosen (R, C), initial (R, C)) by the eager steps."""
+    def eager_block(self, block, weightings=None):
+        """The block's (codes (R, 16 C), chosen (R, C), initial (R, C)) by the eager steps, and
+        with ``weightings`` (``ObjectiveRun.weightings``) its group objectives at the chosen and
+        the initial byte under each, a list of (G, 2)."""
         torch, options = self.torch, self.options
         r0, r1, i0, i1 = block
         w = self.weight[r0:r1, GROUP * i0:GROUP * i1].reshape(-1, GROUP)  # (G, 16), own dtype
@@ -174,6 +185,7 @@ class TensorRun:
             errors = self.objectives(aw_t, self.scales[torch.stack((at6, at4), dim=1)], None)
             initial = torch.where(errors[:, 1] < errors[:, 0], at4, at6)
         c0 = initial.clamp_min(LADDER_FIRST_BYTE)  # zero groups: a stand-in byte, see above
+        searched = None  # the search's objectives at the chosen and the initial byte (G, 2)
         if options.method == "rtn":
             chosen = c0  # HSCALE-METHOD-1: no search
         elif options.method == "hscale-block":
@@ -185,12 +197,37 @@ class TensorRun:
                 aw_t = self.abs_t(w)
             errors = self.objectives(aw_t, self.window_scales.index_select(0, c0), h_t)
             rank = torch.min(errors, dim=1).indices  # HSCALE-ARGMIN-1: the first minimum
+            if weightings is not None:  # the initial byte is the window's first (shift 0)
+                searched = torch.stack((errors.gather(1, rank.unsqueeze(1))[:, 0],
+                                        errors[:, 0]), dim=1)
             chosen = torch.take(self.window, c0 * self.window.shape[1] + rank)
         scale = torch.where(zero, 1.0, self.scales[chosen])  # zero groups: any positive scale
         codes = self.encode(w, scale)  # NVFP4-E2M1-2, -3; NVFP4-ZERO-1 for zero groups
         rows = r1 - r0
-        return (codes.view(rows, -1), torch.where(zero, ZERO_GROUP_BYTE, chosen).view(rows, -1),
-                torch.where(zero, ZERO_GROUP_BYTE, initial).view(rows, -1))
+        out = (codes.view(rows, -1), torch.where(zero, ZERO_GROUP_BYTE, chosen).view(rows, -1),
+               torch.where(zero, ZERO_GROUP_BYTE, initial).view(rows, -1))
+        if weightings is None:
+            return out
+        aw_t = aw_t if aw_t is not None else self.abs_t(w)
+        return out + (self.group_objectives(aw_t, chosen, c0, searched, weightings),)
+
+    def group_objectives(self, aw_t, chosen, c0, searched, weightings) -> list:
+        """The groups' objectives (G, 2) at the chosen byte and at the initial byte ``c0`` (a
+        live stand-in for zero groups, where the objective is exactly 0) under each of
+        ``weightings``: ``SEARCHED`` the search's own values ``searched``, an h (16, G) or None
+        (h = 1) computed here by one rounding at those two bytes (one where they are the same
+        byte everywhere, as for rtn)."""
+        torch = self.torch
+        computed = [h_t for h_t in weightings if h_t is not SEARCHED]
+        values = []
+        if computed:
+            same = chosen is c0 or torch.equal(chosen, c0)
+            scale = self.scales[(chosen if same else torch.stack((chosen, c0), dim=1))
+                                .view(chosen.shape[0], -1)]
+            values = [v.expand(-1, 2) for v in kernels.eager_objectives_weighted(
+                torch, aw_t, scale, computed, self.q._buffers())]
+        values = iter(values)
+        return [searched if h_t is SEARCHED else next(values) for h_t in weightings]
 
     def block_search(self, w, c0, rows, i0, i1):
         """The window scored by HSCALE-BLOCK-1 (``torch_kernels.block_objectives``), one
@@ -224,12 +261,14 @@ class TensorRun:
         """Codes (G, 16) uint8 of the groups at their effective scales (G,) float64."""
         return kernels.eager_encode(self.torch, w, scale, self.q._buffers())
 
-    def h_columns(self, i0, i1, rows):
-        """h of the block's groups as (16, G) float64: the row's pattern for every row."""
-        key = (i0, i1, rows)
+    def h_columns(self, i0, i1, rows, h=None):
+        """h (the search's, else ``h`` (n,)) of the block's groups as (16, G) float64: the
+        row's pattern for every row."""
+        key = (i0, i1, rows, h is None)
         h_t = self.h_columns_cache.get(key)
         if h_t is None:
-            h_t = self.h[GROUP * i0:GROUP * i1].view(i1 - i0, GROUP).t().repeat(1, rows)
+            h = self.h if h is None else h
+            h_t = h[GROUP * i0:GROUP * i1].view(i1 - i0, GROUP).t().repeat(1, rows)
             self.h_columns_cache[key] = h_t = h_t.contiguous()
         return h_t
 
@@ -298,14 +337,86 @@ class TensorRun:
         return (0, self.weight.shape[0], 0, self.group_cols)
 
     def matches_eager(self, block, fused) -> bool:
-        """The fused walk's bytes of a block equal the eager steps', bit for bit."""
-        codes, chosen, initial = self.eager_block(block)
-        packed_t, chosen_t, initial_t = fused[:3]
+        """The fused walk's bytes of a block, and its group objectives (with h = 1, and under
+        the search's weighting where that is HSCALE-OBJ-1's), equal the eager steps', bit for
+        bit."""
+        method = self.options.method
+        checked = [None]  # h = 1
+        if method != "hscale-block":  # rtn's walk scores its one candidate with h = 1
+            checked.append(None if method == "rtn" else SEARCHED)
+        codes, chosen, initial, objectives = self.eager_block(block, checked)
+        packed_t, chosen_t, initial_t, scored_t = fused[:4]
         rows, groups = chosen.shape
         packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).view(rows, groups, 8)
+        scored = [scored_t[2:4]] + ([scored_t[0:2]] if len(checked) > 1 else [])
         return (self.torch.equal(packed, packed_t.permute(2, 1, 0))
                 and self.torch.equal(chosen, chosen_t.t())
-                and self.torch.equal(initial, initial_t.t()))
+                and self.torch.equal(initial, initial_t.t())
+                and all(self.torch.equal(e.view(rows, groups, 2), f.permute(2, 1, 0))
+                        for e, f in zip(objectives, scored)))
+
+
+SEARCHED = "searched"  # a weighting whose objectives the search itself computed
+
+
+class ObjectiveRun:
+    """The group objectives a ``TensorRun`` was asked for (the reference's
+    ``ObjectiveRequest``): h = 1 always, the caller's h (n,) where given; each from the search's
+    own arithmetic where it ranked by that weighting (scale-only: h = 1; hscale: h, when the
+    caller's h is the search's; the fused walk: h = 1 too, from its codes' quotient), else
+    computed at the chosen and the initial byte only; kept as (m, n/16, 2) float64 tensors."""
+
+    def __init__(self, run: "TensorRun", h=None):
+        torch = run.torch
+        self.run = run
+        self.h = None if h is None else torch.from_numpy(
+            np.ascontiguousarray(h, np.float64)).to(run.q.device)
+        method = run.options.method
+        self.searched = ("squared" if method == "scale-only" else
+                         "weighted" if (method == "hscale" and self.h is not None
+                                        and torch.equal(self.h, run.h)) else None)
+        shape = tuple(run.chosen.shape) + (2,)
+        self.squared = torch.empty(shape, dtype=torch.float64, device=run.q.device)
+        self.weighted = None if self.h is None else torch.empty_like(self.squared)
+
+    def weightings(self, block) -> list:
+        """Each requested weighting of the block's groups for ``TensorRun.eager_block``:
+        ``SEARCHED``, None (h = 1) or h (16, G)."""
+        r0, r1, i0, i1 = block
+        out = [SEARCHED if self.searched == "squared" else None]
+        if self.h is not None:
+            out.append(SEARCHED if self.searched == "weighted"
+                       else self.run.h_columns(i0, i1, r1 - r0, self.h))
+        return out
+
+    def store(self, block, values) -> None:
+        r0, r1, i0, i1 = block
+        for array, v in zip((self.squared, self.weighted), values):
+            array[r0:r1, i0:i1] = v.view(r1 - r0, i1 - i0, 2)
+
+    def store_fused(self, block, chosen_t, initial_t, scored_t) -> None:
+        """The fused walk's objectives ``scored_t`` (4, C, R): h = 1 always its own, h its own
+        where the search ranked by it, else computed at the chosen and initial byte."""
+        r0, r1, i0, i1 = block
+        rows, groups = r1 - r0, i1 - i0
+        self.squared[r0:r1, i0:i1] = scored_t[2:4].permute(2, 1, 0)
+        if self.weighted is None:
+            return
+        if self.searched == "weighted":
+            self.weighted[r0:r1, i0:i1] = scored_t[0:2].permute(2, 1, 0)
+            return
+        run = self.run
+        w = run.weight[r0:r1, GROUP * i0:GROUP * i1].reshape(-1, GROUP)
+        # zero groups (0x00) at the live stand-in byte 0x01, where their objective is 0
+        chosen = chosen_t.t().reshape(-1).long().clamp_min(LADDER_FIRST_BYTE)
+        c0 = initial_t.t().reshape(-1).long().clamp_min(LADDER_FIRST_BYTE)
+        (values,) = run.group_objectives(run.abs_t(w), chosen, c0, None,
+                                         [run.h_columns(i0, i1, rows, self.h)])
+        self.weighted[r0:r1, i0:i1] = values.view(rows, groups, 2)
+
+    def record(self):
+        from hscale.reference import GroupObjectives
+        return GroupObjectives(self.squared, self.weighted)
 
 
 def walk_blocks(rows: int, group_cols: int, block_groups: int) -> list:

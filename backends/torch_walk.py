@@ -121,20 +121,21 @@ def residuals(torch, w_t, scale, recip):
     return out
 
 
-def weighted_objectives(torch, w_t, scale, recip, h):
-    """E (k, C, R) of HSCALE-OBJ-1: ``sum_j h_j d_j^2`` by adjacent pairs, h (C, 16) or None
-    (h = 1, and 1 * (d*d) is d*d)."""
+def weighted_objectives(torch, residual, h):
+    """E (k, C, R) of HSCALE-OBJ-1: ``sum_j h_j d_j^2`` by adjacent pairs of the ``residuals``
+    ``d_j``, h (C, 16) or None (h = 1, and 1 * (d*d) is d*d)."""
     terms = []
-    for j, d in enumerate(residuals(torch, w_t, scale, recip)):
+    for j, d in enumerate(residual):
         e = d * d
         terms.append(e if h is None else e * h[:, j].unsqueeze(1))  # h*(d*d): two roundings
     return pairwise(terms)
 
 
-def block_objectives(torch, w_t, scale, recip, blocks):
-    """E (k, C, R) of HSCALE-BLOCK-1: ``d^T B d`` with B (C, 16, 16), in the reference's order."""
-    d = [r * torch.copysign(torch.ones_like(w_t[j]), w_t[j]) for j, r in
-         enumerate(residuals(torch, w_t, scale, recip))]  # w_j - v_j s (docstring), exact
+def block_objectives(torch, w_t, residual, blocks):
+    """E (k, C, R) of HSCALE-BLOCK-1: ``d^T B d`` with B (C, 16, 16), in the reference's order,
+    from the ``residuals``."""
+    d = [r * torch.copysign(torch.ones_like(w_t[j]), w_t[j])
+         for j, r in enumerate(residual)]  # w_j - v_j s (docstring), exact
     e = []
     for j in range(GROUP):
         row = [blocks[:, j, k].unsqueeze(1) * d[k] for k in range(GROUP)]  # a_jk = B_jk d_k
@@ -151,7 +152,9 @@ def walk(w, h, scales, recips, deltas, tops, block_objective: bool, four_over_si
     int64 the window's shifts in priority order (rtn: ``[0, 0]``, a window of the initial byte
     alone, two long so that k is never the size 1 a compiler specialises on); ``tops`` (2,)
     ``6 s_g`` and ``4 s_g``. Returns ``packed`` (8, C, R) uint8, the chosen and initial bytes
-    (C, R) uint8 (0x00 for zero groups) and, for the caller to drop, the float64 copy ``w_t``
+    (C, R) uint8 (0x00 for zero groups), ``scored`` (4, C, R) float64: each group's objective
+    under the search's weighting at the chosen and at the initial byte, then with h = 1 at the
+    same two (0 for zero groups), and, for the caller to drop, the float64 copy ``w_t``
     and the candidates' scales and reciprocals: outputs, so that inductor keeps them as arrays
     in this layout instead of recomputing them inside every loop that reads them."""
     import torch
@@ -162,7 +165,8 @@ def walk(w, h, scales, recips, deltas, tops, block_objective: bool, four_over_si
     if four_over_six:  # NVFP4-INIT-2: the byte at 4 only where strictly better than at 6
         at4 = range_bytes(torch, amax, tops[1])
         pair = torch.stack((at6, at4)).clamp_min(LADDER_FIRST_BYTE)  # (2, C, R)
-        errors = weighted_objectives(torch, w_t, scales[pair], recips[pair], None)
+        errors = weighted_objectives(torch, residuals(torch, w_t, scales[pair], recips[pair]),
+                                     None)
         initial = torch.where(errors[1] < errors[0], at4, at6)
     else:
         initial = at6
@@ -170,19 +174,28 @@ def walk(w, h, scales, recips, deltas, tops, block_objective: bool, four_over_si
     window = (c0.unsqueeze(0) + deltas.view(-1, 1, 1)).clamp(LADDER_FIRST_BYTE,
                                                               LADDER_LAST_BYTE)  # HSCALE-WIN-1
     scale, recip = scales[window], recips[window]  # (k, C, R)
+    residual = residuals(torch, w_t, scale, recip)
     if block_objective:
-        errors = block_objectives(torch, w_t, scale, recip, h)  # HSCALE-BLOCK-1
+        errors = block_objectives(torch, w_t, residual, h)  # HSCALE-BLOCK-1
     else:
-        errors = weighted_objectives(torch, w_t, scale, recip, h)  # HSCALE-OBJ-1
+        errors = weighted_objectives(torch, residual, h)  # HSCALE-OBJ-1
     rank = torch.argmin(errors, dim=0)  # HSCALE-ARGMIN-1: the first minimum
     chosen = (c0 + deltas[rank]).clamp(LADDER_FIRST_BYTE, LADDER_LAST_BYTE)
-    s = torch.where(zero, 1.0, scales[chosen])  # zero groups: any positive scale
-    q = e2m1_round(torch, w_t.abs() / s.unsqueeze(0))  # NVFP4-E2M1-2: the exact quotient
+    s = torch.where(zero, 1.0, scales[chosen]).unsqueeze(0)  # zero groups: any positive scale
+    aw_t = w_t.abs()
+    q = e2m1_round(torch, aw_t / s)  # NVFP4-E2M1-2: the exact quotient
     sign = 4.0 - 4.0 * torch.copysign(torch.ones_like(w_t), w_t)  # 0 or 8 (NVFP4-E2M1-3)
     code = torch.clamp_max(q, 2.0) + torch.clamp_max(q, 5.0) + sign  # (16, C, R)
     packed = (code[0::2] + 16.0 * code[1::2]).to(torch.uint8)  # NVFP4-PACK-1
+    # The objectives at the chosen and at the initial byte (shift 0, the first candidate): the
+    # search's own, and h = 1 (the squared error: at the chosen byte from the codes' quotient,
+    # at the initial byte from the search's residuals), for the quantization report.
+    chosen_residual = aw_t - q * s  # q*s exact: one rounding, as in ``residuals``
+    scored = torch.stack((errors.gather(0, rank.unsqueeze(0))[0], errors[0],
+                          weighted_objectives(torch, chosen_residual.unbind(0), None),
+                          weighted_objectives(torch, [d[0] for d in residual], None)))
     return (packed, torch.where(zero, 0, chosen).to(torch.uint8),
-            torch.where(zero, 0, initial).to(torch.uint8), w_t, scale, recip)
+            torch.where(zero, 0, initial).to(torch.uint8), scored, w_t, scale, recip)
 
 
 def make_walk(block_objective: bool, four_over_six: bool):

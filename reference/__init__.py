@@ -18,7 +18,7 @@ from .gptq import gptq_quantize
 from .initial_scale import four_over_six_choice, maxabs_byte, range_fitting_byte
 from .objective import block_error, diagonal_blocks, pairwise_sum, weighted_error
 from .packing import pack_codes, swizzle_scale_bytes, unpack_codes, unswizzle_scale_bytes
-from .quantize import Options, QuantizedWeight, Quantizer, quantize
+from .quantize import GroupObjectives, Options, QuantizedWeight, Quantizer, quantize
 from .search import candidate_errors, first_minimum, priority_order, reported_delta
 from .window import window_bytes, window_deltas
 from .zero_groups import ZERO_GROUP_BYTE, is_zero_group, zero_group_codes
@@ -27,7 +27,7 @@ __all__ = [
     "DEFAULT_D", "DEFAULT_K", "DEFAULT_SCALE_CEILING", "DEFAULT_U", "E4M3_MAX",
     "FIRST_NORMAL_BYTE", "LADDER_FIRST_BYTE", "LADDER_LAST_BYTE", "E2M1_MAGNITUDES", "E2M1_MIDPOINTS", "E2M1_VALUES", "E4M3_VALUES",
     "FOUR_OVER_SIX_SCALE_CEILING", "GROUP_SIZE", "LADDER", "Options", "QuantizedActivations",
-    "QuantizedWeight", "dequantize_activations", "fake_quantize_activations",
+    "GroupObjectives", "QuantizedWeight", "dequantize_activations", "fake_quantize_activations",
     "quantize_activations",
     "Quantizer", "SCALE_BYTE_VALUES", "ZERO_GROUP_BYTE", "block_error", "candidate_errors",
     "compute_global_scale", "decode_e2m1", "decode_e4m3", "dequantize", "diagonal_blocks", "effective_scale",

@@ -14,6 +14,7 @@ beside it:
     block_objective   HSCALE-BLOCK-1 (method hscale-block)   objective.py
     search            HSCALE-ARGMIN-1 over the window        search.py
     select_bytes      HSCALE-METHOD-1, NVFP4-ZERO-1          zero_groups.py
+    group_objectives  HSCALE-OBJ-1 at the chosen and initial byte (a caller's report)
     encode_at         codes at the chosen bytes              e2m1.py, zero_groups.py
     dequantize        NVFP4-DEQ-1                            dequantize.py
 
@@ -35,6 +36,7 @@ from .constants import (DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U, GROUP_SIZE,
                         LADDER_FIRST_BYTE, LADDER_LAST_BYTE)
 from .global_scale import compute_global_scale
 from .initial_scale import FOUR_OVER_SIX_TOPS, TOP_MAGNITUDE, four_over_six_choice, range_fitting_byte
+from .constants import FIRST_NORMAL_BYTE
 from .objective import UNIT_WEIGHTS, block_error, weighted_error
 from .packing import pack_codes, swizzle_scale_bytes
 from .search import first_minimum, priority_order, reported_delta
@@ -45,6 +47,20 @@ from .zero_groups import ZERO_GROUP_BYTE, is_zero_group, zero_group_codes
 # of one row when a row has more), so that the float64 temporaries stay at a few tens of MB
 # whatever the layer size.
 BLOCK_GROUPS = 1 << 15
+
+
+@dataclass(frozen=True, eq=False)
+class GroupObjectives:
+    """Each group's objective (HSCALE-OBJ-1) at its chosen byte (``[..., 0]``) and at its
+    initial byte (``[..., 1]``), float64 (m, n/16, 2): ``squared`` with h = 1 (the squared
+    error), ``weighted`` with the h the caller named (None without one). The values of the
+    weighting the search ranked the window by (h = 1 for scale-only, h for hscale) are the
+    search's own; the others are computed at those two bytes only (rtn searches nothing,
+    hscale-block ranks by ``dw^T B dw``). A zero group's are 0: it has no error at any scale
+    (NVFP4-ZERO-1). What the quantization report sums (``hscale.evaluation.quality``)."""
+
+    squared: np.ndarray
+    weighted: np.ndarray | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,6 +75,8 @@ class QuantizedWeight:
     ``stored_global_scale``: for a result that stores its global scale as the reciprocal
     ``r = 6C/amax`` (NVFP4-GS-4), the fp32 value stored (``global_scale`` is then the multiplier
     it reads back as, ``fp32(1/r)``); None for a result that stores the multiplier itself.
+    ``objectives``: each group's objectives at its chosen and initial byte
+    (``GroupObjectives``), for a call that asked for them (``quantize(objectives=True)``).
     """
 
     codes: np.ndarray
@@ -73,6 +91,7 @@ class QuantizedWeight:
     scale_ceiling: float = DEFAULT_SCALE_CEILING
     initial_bytes: np.ndarray | None = field(default=None, repr=False)
     stored_global_scale: np.float32 | None = field(default=None, repr=False)
+    objectives: GroupObjectives | None = field(default=None, repr=False)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -84,7 +103,8 @@ class QuantizedWeight:
 
     @classmethod
     def from_bytes(cls, codes, scale_bytes, initial_bytes, global_scale, *, method="hscale",
-                   init="maxabs", K=DEFAULT_K, U=DEFAULT_U, scale_ceiling=DEFAULT_SCALE_CEILING) -> "QuantizedWeight":
+                   init="maxabs", K=DEFAULT_K, U=DEFAULT_U, scale_ceiling=DEFAULT_SCALE_CEILING,
+                   objectives=None) -> "QuantizedWeight":
         """The result of any quantizer from its codes and bytes: packing (NVFP4-PACK-1) and
         ``delta = chosen byte - initial byte`` (HSCALE-ARGMIN-1) are derived here, once.
         ``initial_bytes`` None: a result that does not report them (delta None too)."""
@@ -96,7 +116,8 @@ class QuantizedWeight:
             delta = reported_delta(scale_bytes, initial_bytes)
         return cls(codes=codes, packed=pack_codes(codes), scale_bytes=scale_bytes,
                    global_scale=np.float32(global_scale), delta=delta, method=method, init=init,
-                   K=K, U=U, scale_ceiling=scale_ceiling, initial_bytes=initial_bytes)
+                   K=K, U=U, scale_ceiling=scale_ceiling, initial_bytes=initial_bytes,
+                   objectives=objectives)
 
     def swizzled_scale_bytes(self) -> np.ndarray:
         """The scale bytes in the 128x4 tiled layout of block-scaled GEMMs (NVFP4-PACK-3)."""
@@ -112,6 +133,61 @@ class Options:
     K: int = DEFAULT_K
     U: int = DEFAULT_U
     scale_ceiling: float = DEFAULT_SCALE_CEILING
+
+
+class ObjectiveRequest:
+    """The group objectives one call was asked for (``quantize(objectives=True)``): h = 1
+    always, the caller's ``objectives_h`` (n,) too where given; which of them the search itself
+    ranks by (``searched``: ``"squared"`` for scale-only, ``"weighted"`` for hscale when the
+    caller's h is the search's); the (m, n/16, 2) arrays block by block (``store``)."""
+
+    def __init__(self, shape, h, searched: str | None):
+        self.h = h
+        self.searched = searched
+        self.squared = np.empty(shape + (2,))
+        self.weighted = None if h is None else np.empty(shape + (2,))
+
+    @classmethod
+    def of(cls, objectives: bool, objectives_h, h, options: Options, shape):
+        """The request of a call, or None where it asked for none; ``h`` the search's."""
+        if not objectives:
+            return None
+        objectives_h = check_objectives_h(objectives_h, shape[1] * GROUP_SIZE)
+        searched = None
+        if options.method == "scale-only":
+            searched = "squared"  # HSCALE-METHOD-1: the search's h = 1
+        elif (options.method == "hscale" and objectives_h is not None
+              and np.array_equal(objectives_h, h)):
+            searched = "weighted"
+        return cls(shape, objectives_h, searched)
+
+    def weightings(self, i0: int, i1: int) -> list:
+        """The h of each requested weighting over group columns i0..i1 ((i1-i0, 16), or
+        ``UNIT_WEIGHTS``), None for the one the search computes."""
+        out = [None if self.searched == "squared" else UNIT_WEIGHTS]
+        if self.h is not None:
+            out.append(None if self.searched == "weighted"
+                       else self.h[GROUP_SIZE * i0:GROUP_SIZE * i1].reshape(-1, GROUP_SIZE))
+        return out
+
+    def store(self, block, values) -> None:
+        r0, r1, i0, i1 = block
+        for array, v in zip((self.squared, self.weighted), values):
+            array[r0:r1, i0:i1] = np.reshape(v, (r1 - r0, i1 - i0, 2))
+
+    def record(self) -> GroupObjectives:
+        return GroupObjectives(self.squared, self.weighted)
+
+
+def check_objectives_h(objectives_h, cols: int):
+    """The h of a caller's objectives as float64 (n,), checked as h is (NVFP4-IN-2) and named as
+    the caller passed it; None stays None."""
+    if objectives_h is None:
+        return None
+    try:
+        return validation.check_hessian_diag(objectives_h, cols)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("hessian_diag", "objectives_h", 1)) from None
 
 
 def plan_blocks(rows: int, group_cols: int, block_groups: int) -> list[tuple[int, int, int, int]]:
@@ -143,7 +219,8 @@ class Quantizer:
 
     # -- the whole call ------------------------------------------------------------------------
     def quantize(self, weight, hessian_diag=None, *, method="hscale", init="maxabs", K=DEFAULT_K, U=DEFAULT_U,
-                 scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None) -> QuantizedWeight:
+                 scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None, objectives=False,
+                 objectives_h=None) -> QuantizedWeight:
         weight, h, options, given_scale = self.validate(weight, hessian_diag, method, init, K, U,
                                                         scale_ceiling, global_scale)
         # NVFP4-GS-3: a caller's s_g is used unchanged; else NVFP4-GS-1 from the tensor's amax
@@ -154,6 +231,7 @@ class Quantizer:
         chosen = np.empty((rows, group_cols), dtype=np.uint8)  # NVFP4-PACK-2: (m, n/16), row-major
         initial = np.empty((rows, group_cols), dtype=np.uint8)
         context = self.prepare(options)
+        scoring = ObjectiveRequest.of(objectives, objectives_h, h, options, (rows, group_cols))
 
         def run_block(block):
             r0, r1, i0, i1 = block
@@ -165,15 +243,23 @@ class Quantizer:
                 group_h = h[i0:i1]  # HSCALE-BLOCK-1: B[i] of each group column (i1-i0, 16, 16)
             else:
                 group_h = h[cols_].reshape(-1, GROUP_SIZE)
-            block_initial, block_chosen = self.select_bytes(groups, group_h, s_g, options, context)
+            searched = {} if scoring else None
+            block_initial, block_chosen = self.select_bytes(
+                groups, group_h, s_g, options, context,
+                **({"searched": searched} if scoring else {}))
             codes[r0:r1, cols_] = self.encode_at(groups, block_chosen, s_g).reshape(r1 - r0, -1)
             chosen[r0:r1, i0:i1] = block_chosen
             initial[r0:r1, i0:i1] = block_initial
+            if scoring:
+                scoring.store(block, self.group_objectives(
+                    groups, block_chosen, block_initial, s_g, searched.get("objectives"),
+                    scoring.weightings(i0, i1)))
 
         self.map_blocks(run_block, plan_blocks(rows, group_cols, self.block_groups))
         return QuantizedWeight.from_bytes(codes, chosen, initial, s_g, method=options.method,
                                           init=options.init, K=options.K, U=options.U,
-                                          scale_ceiling=options.scale_ceiling)
+                                          scale_ceiling=options.scale_ceiling,
+                                          objectives=scoring.record() if scoring else None)
 
     def validate(self, weight, hessian_diag, method, init, K, U, scale_ceiling, global_scale):
         """``(weight, h, options, caller's s_g or None)``, each checked (NVFP4-IN-1 .. -6): h as
@@ -211,10 +297,12 @@ class Quantizer:
         """amax_g = max_j |w_j| of each group (...), float64 (NVFP4-INIT-1)."""
         return np.max(np.abs(groups), axis=-1).astype(np.float64, copy=False)
 
-    def select_bytes(self, groups, h, s_g, options: Options, context: dict):
+    def select_bytes(self, groups, h, s_g, options: Options, context: dict, searched=None):
         """``(initial bytes, chosen bytes)`` (...) of the groups: zero groups get 0x00 and are
         neither initialised nor searched (NVFP4-ZERO-1); rtn keeps the initial byte, scale-only
-        searches with h = 1, hscale with h (HSCALE-METHOD-1)."""
+        searches with h = 1, hscale with h (HSCALE-METHOD-1). ``searched`` (a dict): the
+        search's objectives at the chosen and the initial byte go under ``"objectives"``
+        (..., 2), 0 for zero groups, where the search ranks by HSCALE-OBJ-1."""
         amax = self.group_maxima(groups)
         zero = is_zero_group(amax)  # NVFP4-ZERO-1
         live_groups, live_h, live_amax = _live(~zero, groups, h, amax,
@@ -226,7 +314,12 @@ class Quantizer:
             live_chosen = self.block_search(live_groups, live_h, live_initial, s_g, context)
         else:
             weights = UNIT_WEIGHTS if options.method == "scale-only" else live_h  # HSCALE-METHOD-1
-            live_chosen = self.search(live_groups, weights, live_initial, s_g, context)
+            live_chosen = self.search(live_groups, weights, live_initial, s_g, context,
+                                      **({} if searched is None else {"searched": searched}))
+            if searched is not None and zero.any():
+                scored = np.zeros(amax.shape + (2,))  # a zero group has no error (NVFP4-ZERO-1)
+                scored[~zero] = searched["objectives"]
+                searched["objectives"] = scored
         if not zero.any():
             return live_initial, live_chosen
         initial = np.full(amax.shape, self.zero_group_byte, dtype=np.uint8)
@@ -256,12 +349,18 @@ class Quantizer:
         return window_bytes(every_byte, priority_order(K, U), self.first_scale_byte,
                             self.last_scale_byte)
 
-    def search(self, groups, h, initial, s_g, context: dict) -> np.ndarray:
+    def search(self, groups, h, initial, s_g, context: dict, searched=None) -> np.ndarray:
         """The candidate of least objective in the window of each initial byte; on equal
-        objectives the earlier one in priority order (HSCALE-WIN-1 .. HSCALE-ARGMIN-1)."""
+        objectives the earlier one in priority order (HSCALE-WIN-1 .. HSCALE-ARGMIN-1).
+        ``searched`` (a dict): the objectives at the chosen byte and at the initial byte
+        (shift 0, the first in priority order) go under ``"objectives"`` (..., 2)."""
         window = context["window"][initial]  # (..., k) in priority order
         errors = self.candidate_objectives(groups, h, window, s_g)
         best = first_minimum(errors)  # HSCALE-ARGMIN-1
+        if searched is not None:
+            searched["objectives"] = np.stack(
+                (np.take_along_axis(errors, best[..., None], axis=-1)[..., 0], errors[..., 0]),
+                axis=-1)
         return np.take_along_axis(window, best[..., None], axis=-1)[..., 0]
 
     def block_search(self, groups, blocks, initial, s_g, context: dict) -> np.ndarray:
@@ -297,6 +396,23 @@ class Quantizer:
         of separate calls."""
         return [np.array(self.candidate_objectives(groups, h, candidates, s_g))
                 for h in weightings]
+
+    def group_objectives(self, groups, chosen, initial, s_g, searched, weightings) -> list:
+        """Each group's objectives at its chosen and initial byte (..., 2) under each of
+        ``weightings`` (``ObjectiveRequest.weightings``): an h is scored here, at those two
+        bytes only (one where they are the same byte, as for rtn), a zero group at a live
+        stand-in byte, where its objective is exactly 0; None is the search's own weighting,
+        whose values ``searched`` (..., 2) are taken as they are."""
+        scored = [h for h in weightings if h is not None]
+        values = []
+        if scored:
+            same = np.array_equal(chosen, initial)
+            candidates = np.stack((chosen,) if same else (chosen, initial), axis=-1)
+            candidates[candidates == ZERO_GROUP_BYTE] = FIRST_NORMAL_BYTE
+            values = [np.broadcast_to(v, v.shape[:-1] + (2,)) for v in
+                      self.candidate_objectives_weighted(groups, scored, candidates, s_g)]
+        values = iter(values)
+        return [searched if h is None else next(values) for h in weightings]
 
     def encode(self, groups, scale) -> np.ndarray:
         """E2M1 codes of the groups at the effective scales (broadcastable) (NVFP4-E2M1-2, -3)."""
@@ -334,7 +450,8 @@ _REFERENCE = Quantizer()
 
 
 def quantize(weight, hessian_diag=None, *, method="hscale", init="maxabs", K=DEFAULT_K, U=DEFAULT_U,
-             scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None) -> QuantizedWeight:
+             scale_ceiling=DEFAULT_SCALE_CEILING, global_scale=None, objectives=False,
+             objectives_h=None) -> QuantizedWeight:
     """Quantize ``weight`` (m, n) to NVFP4.
 
     method: ``"rtn"`` keeps the initial byte (ignores K, U and the Hessian); ``"scale-only"``
@@ -346,9 +463,13 @@ def quantize(weight, hessian_diag=None, *, method="hscale", init="maxabs", K=DEF
     K, U: window size and upward shifts (HSCALE-WIN-1).
     scale_ceiling: C of NVFP4-GS-1 (448 default, 256 for the 4over6 convention).
     global_scale: a pipeline's own s_g (positive normal fp32), else computed (NVFP4-GS-1).
+    objectives: the result's ``objectives`` holds each group's objective at its chosen and its
+    initial byte (``GroupObjectives``), with h = 1 and, where ``objectives_h`` (n,) is given,
+    with that h: the search's own values where it ranked by the same weighting.
     """
     return _REFERENCE.quantize(weight, hessian_diag, method=method, init=init, K=K, U=U,
-                               scale_ceiling=scale_ceiling, global_scale=global_scale)
+                               scale_ceiling=scale_ceiling, global_scale=global_scale,
+                               objectives=objectives, objectives_h=objectives_h)
 
 
 # -- the steps as functions, for pipelines that compose them (reference/gptq.py) ---------------

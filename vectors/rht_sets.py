@@ -1,7 +1,8 @@
 """Golden vectors of the rht kind (docs/spec.md section 12, docs/vectors.md): bfloat16 tensors
 and, for each variant (TransformerEngine's sign mask 0xD7E8 or a plain transform, the ``exact``
 or ``fast-math`` rounding profile; the column-wise copy), the transformed values and their
-quantization (global scale, scale bytes, codes). One set, ``rht_16x16``, as JSON; ``hscale
+quantization (global scale, scale bytes, codes); token counts not a multiple of 16 padded with
+zero tokens (NVFP4-RHT-1, ``rht_padding = zeros``). One set, ``rht_16x16``, as JSON; ``hscale
 vectors check --rht VARIANT`` reads the group lines of ``hscale.vectors.group_lines``.
 """
 
@@ -14,16 +15,24 @@ from hscale.judge.findings import fp32_hex, plural
 from hscale.judge.rht import RhtCase, RhtDomain, diagnose_rht
 from hscale.judge.activation_domain import ObservedActivations
 from hscale.reference.hadamard import TE_SIGN_MASK
-from hscale.reference.rht_quantize import quantize_rht, transformed
+from hscale.reference.rht_quantize import quantize_rht, source_of, transformed
 
 from . import hexio
 from .families import SetChoice, case_reader, coverage
 from .group_lines import assembled, read_group_lines, write_group_lines
 
 FORMAT_NAME = "hscale-nvfp4-rht-vectors"
+#: The clauses of the kind no vector case holds, and why (hscale.vectors.docs' clause table).
+NO_VECTOR_CASE = {"NVFP4-RHT-4": (
+    "the algebraic check multiplies a kernel's own two quantizations (whatever orthogonal "
+    "transform it applies) and compares with dY^T X within a bound: there are no expected codes "
+    "to store; the suite judges it (conformance/test_rht.py: the identity probe and wgrad "
+    "operands) and tests/judge/test_rht_gemm_judge.py checks what it refuses and admits")}
 SET_PREFIX = "rht_"
 SET_NAME = "rht_16x16"
 FORMAT_VERSION = 1
+#: The sets' token counts that are no multiple of 16 are padded with zero tokens (NVFP4-RHT-1).
+PADDING = "zeros"
 #: variant -> (sign mask, rounding profile); the column-wise axis throughout.
 VARIANTS = {"te-exact": (TE_SIGN_MASK, "exact"), "te-fast-math": (TE_SIGN_MASK, "fast-math"),
             "plain-exact": (0, "exact"), "plain-fast-math": (0, "fast-math")}
@@ -56,14 +65,25 @@ def level0_cases(seed: int = 0) -> list[RhtCase]:
                 ("NVFP4-RHT-1", "NVFP4-RHT-2", "NVFP4-RHT-3")),
         RhtCase(_bf16(rng.standard_normal((16, 48))), "rht-wide", "16 tokens, 48 features: "
                 "one block along the transformed axis", ("NVFP4-RHT-1",)),
+        RhtCase(_bf16(rng.standard_normal((20, 32))), "rht-padded-20-tokens", "20 tokens: "
+                "padded with 12 zero tokens to 32 (rht_padding = zeros)",
+                ("NVFP4-RHT-1", "NVFP4-RHT-3")),
+        RhtCase(_bf16(np.exp(rng.standard_normal((40, 16))) * 8), "rht-padded-40-tokens",
+                "40 tokens of one sign: the 8 zero tokens of the last block transformed with "
+                "it (rht_padding = zeros)", ("NVFP4-RHT-1",)),
     ]
+
+
+def padded_source(case: RhtCase) -> np.ndarray:
+    """The transformed tensor's source (features, tokens), tokens padded with zeros."""
+    return source_of(case.x, "columnwise", PADDING)
 
 
 def _expected(case: RhtCase) -> dict:
     out = {}
     for variant, (mask, profile) in VARIANTS.items():
-        y = transformed(case.x, mask=mask, profile=profile)
-        result = quantize_rht(case.x, mask=mask, profile=profile)
+        y = transformed(case.x, mask=mask, profile=profile, padding=PADDING)
+        result = quantize_rht(case.x, mask=mask, profile=profile, padding=PADDING)
         out[variant] = (y, result)
     return out
 
@@ -97,7 +117,10 @@ def render_files(cases, level: int, seed: int, spec_version: str) -> dict[str, b
                 "kind": "rht", "variants": {v: {"sign_mask": f"0x{m:04X}", "profile": p}
                                             for v, (m, p) in VARIANTS.items()},
                 "axis": "columnwise: the transposed copy (features, tokens) is transformed and "
-                        "quantized", "cases": [case_json(case) for case in cases]}
+                        "quantized", "padding": "zeros: a token count not a multiple of 16 is "
+                        "padded with zero tokens (a kernel that refuses such tensors, "
+                        "rht_padding = refuse, is not judged on the rht-padded-* cases)",
+                "cases": [case_json(case) for case in cases]}
     return {f"{SET_NAME}.json": dumps(document).encode("ascii")}
 
 
@@ -112,7 +135,7 @@ def expect_lines(cases, variant: str, with_global_scale: bool = True) -> list[st
     mask, profile = VARIANTS[variant]
     lines = []
     for case in cases:
-        result = quantize_rht(case.x, mask=mask, profile=profile)
+        result = quantize_rht(case.x, mask=mask, profile=profile, padding=PADDING)
         lines += write_group_lines(case.id, result.codes, result.scale_bytes,
                                    result.global_scale)
     return lines
@@ -124,13 +147,13 @@ def check_lines(cases, lines: list[str], choice: str, max_errors: int = 20,
     variant ``choice`` (hscale.judge.rht); ``declared`` limits what ``require_all`` asks for
     (``families.coverage``)."""
     mask, profile = VARIANTS[choice]
-    domain = RhtDomain(mask, profile, "columnwise")
+    domain = RhtDomain(mask, profile, "columnwise", PADDING)
     by_id = {case.id: case for case in cases}
     seen = read_group_lines(lines, set(by_id), "rht")
     report, errors = [], 0
     for case_id, entry in seen.items():
         case = by_id[case_id]
-        expected = quantize_rht(case.x, mask=mask, profile=profile)
+        expected = quantize_rht(case.x, mask=mask, profile=profile, padding=PADDING)
         codes, scale_bytes, missing = assembled(entry, expected.codes, expected.scale_bytes)
         if missing:
             report.append(f"{case_id}: {plural(len(missing), 'group')} missing from the file "
@@ -143,7 +166,7 @@ def check_lines(cases, lines: list[str], choice: str, max_errors: int = 20,
             if errors <= max_errors:
                 report.append(f"{case_id} {finding.render()}")
     tail, missing = coverage(cases, {i: len(entry["groups"]) for i, entry in seen.items()},
-                             lambda case: np.asarray(case.x).size // 16, "group", "rht vectors",
+                             lambda case: padded_source(case).size // 16, "group", "rht vectors",
                              require_all, declared)
     return report + tail, errors + missing
 
@@ -151,7 +174,7 @@ def check_lines(cases, lines: list[str], choice: str, max_errors: int = 20,
 def explain(file_name: str, case: RhtCase, row: int, group: int) -> str:
     """One group of the transformed tensor (row = feature, group = 16 tokens) under every
     variant: the 16 inputs, the transformed values, the byte and codes."""
-    x = np.asarray(case.x)
+    x = padded_source(case).T  # (tokens padded to a multiple of 16, features)
     features, tokens = x.shape[1], x.shape[0]
     if not (0 <= row < features and 0 <= group < tokens // 16):
         raise ValueError(f"case {case.id}: the transformed tensor has {features} rows and "

@@ -72,11 +72,11 @@ def _read_gguf(path: Path) -> Imatrix:
     from hscale.checkpoints.safetensors import CheckpointError
     try:
         file = GGUFFile(path)
-    except GGUFFileError as exc:
+        fields = {k: file.value(k) for k in ("general.type", "general.architecture",
+                                             "imatrix.datasets", "imatrix.chunk_count",
+                                             "imatrix.chunk_size") if k in file.fields}
+    except GGUFFileError as exc:  # the strings of imatrix.datasets are decoded (UTF-8) here
         raise ImatrixError(f"--imatrix {exc}") from None
-    fields = {k: file.value(k) for k in ("general.type", "general.architecture",
-                                         "imatrix.datasets", "imatrix.chunk_count",
-                                         "imatrix.chunk_size") if k in file.fields}
     if fields.get("general.type") != "imatrix":
         kind = fields.get("general.type")
         said = f"general.type is {kind!r}" if kind is not None else "no general.type"

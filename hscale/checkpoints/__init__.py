@@ -10,8 +10,10 @@
 - ``stored``: the quantized Linears of a checkpoint as stored, and decoded (NVFP4-DEQ-1);
 - ``convert``: one layout to the other, losslessly (``hscale convert``), its configs in
   ``convert_configs``;
-- ``gguf``, ``gguf_container``, ``to_gguf``: llama.cpp's GGUF NVFP4, read (the container validated
-  through gguf's own reader, NVFP4-GGUF-2) and written.
+- ``gguf_file``: the one reader of GGUF files, its header from one memory map validated as
+  llama.cpp's loader validates it (NVFP4-GGUF-2); ``gguf``, ``to_gguf``: llama.cpp's GGUF NVFP4
+  read through it (NVFP4-GGUF-1) and written; ``gguf_transformers``: transformers' GGUF config
+  and tokenizer routes answering from that one reading.
 
 Everything else a model directory holds (other tensors, tokenizer, configs, sentence-transformers
 modules) is carried over unchanged. Outputs are written under a hidden temporary name and

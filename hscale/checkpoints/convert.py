@@ -172,7 +172,7 @@ def convert_checkpoint(source, destination, *, to: str, force: bool = False,
         _write_tensors(model, plans, target, writer, report)
         writer.close()
         if meta is not None:
-            report.notes += gguf_side_files(source, output.path, meta)
+            report.notes += gguf_side_files(source, output.path, meta, model.file)
         else:
             left = copy_side_files(source, output.path)
             if left:

@@ -26,18 +26,21 @@ def gguf_model(model, source: Path):
                               "config.json for a loader to build the model from") from None
 
 
-def gguf_side_files(source: Path, directory: Path, meta) -> list[str]:
+def gguf_side_files(source: Path, directory: Path, meta, file) -> list[str]:
     """config.json from a GGUF source's metadata (as transformers reads it), and its tokenizer
-    where transformers reads the file's vocabulary; returns what the report says of them."""
+    where transformers reads the file's vocabulary (from ``file``, the source's ``GGUFFile``:
+    ``gguf_transformers.transformers_reads``); returns what the report says of them."""
     import transformers
 
     from hscale.models.loading import quiet_transformers
+
+    from .gguf_transformers import transformers_reads
     meta.config.save_pretrained(directory)
     notes = [f"config.json: the GGUF metadata as transformers {transformers.__version__} reads "
              f"it ({meta.config.architectures[0]}); GGUF-only metadata (llama.cpp's tensor "
              "tags, the recorded tensor names) has no place in it"]
     try:
-        with quiet_transformers():
+        with transformers_reads(file), quiet_transformers():
             tokenizer = transformers.AutoTokenizer.from_pretrained(str(source.parent),
                                                                    gguf_file=source.name)
             tokenizer.save_pretrained(directory)

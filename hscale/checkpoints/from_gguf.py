@@ -109,7 +109,7 @@ def temporary_model_directory(model, parent=None, log=None, progress=None):
 def header_fields(file) -> list[dict]:
     """Every key-value pair of a GGUF file's header (a ``GGUFFile``, or a path) but those of
     ``NOT_CARRIED``, as JSON-able records ``{"key", "type", "value"}`` (``"sub_type"`` for
-    arrays): strings as text (bytes that are not UTF-8 kept as surrogate escapes), numbers as
+    arrays): strings as text (the reader refuses any that is not UTF-8), numbers as
     Python numbers of the stored width, so that ``add_fields`` writes the same bytes back."""
     from .gguf_file import VALUE_TYPES, GGUFFile
     file = file if isinstance(file, GGUFFile) else GGUFFile(file)
@@ -153,8 +153,3 @@ def carried_fields(directory) -> list[dict] | None:
 def field_value(records: list[dict], key: str, default=None):
     """The value of ``key`` among ``records``."""
     return next((r["value"] for r in records if r["key"] == key), default)
-
-
-def tensor_bytes(reader_tensor) -> np.ndarray:
-    """A GGUF tensor's stored bytes, as a flat uint8 array (any ggml type)."""
-    return np.asarray(reader_tensor.data).reshape(-1).view(np.uint8)

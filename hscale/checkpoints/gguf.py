@@ -29,7 +29,8 @@ import numpy as np
 from hscale.reference import GROUP_SIZE
 from hscale.reference.gguf_blocks import from_gguf_blocks
 
-from .gguf_container import read_gguf
+from .gguf_file import GGUFFile
+from .gguf_transformers import transformers_reads
 from .inputs import ConfigDoesNotBuild, open_regular
 from .layout_base import CheckpointFormat, Layout
 from .safetensors import CheckpointError, TensorInfo
@@ -162,16 +163,17 @@ class GGUFCheckpoint:
     """A GGUF file read as a checkpoint of Hugging Face-named tensors (what ``hscale check``
     reads of a ``SafetensorsModel``: ``directory``, ``info``, ``metadata``, ``names()``,
     ``array(name)``). NVFP4 tensors are decoded from their blocks (``from_gguf_blocks``), the rope
-    permutation undone; F32, F16 and BF16 tensors are given as they are. The container is
-    validated first (``gguf_container.read_gguf``, NVFP4-GGUF-2), and so is every value read
-    from the metadata: the names the writer recorded, the head counts of a permuted
+    permutation undone; F32, F16 and BF16 tensors are given as they are. The file is read by
+    the kit's one GGUF reader, which validates the container (``gguf_file.GGUFFile``,
+    NVFP4-GGUF-2; every metadata string decoded, so checked as UTF-8), and so is every value
+    read from the metadata: the names the writer recorded, the head counts of a permuted
     architecture (NVFP4-GGUF-1)."""
 
     def __init__(self, path):
         gguf = require_gguf()
         self.directory = Path(path)
-        reader, self.fields = read_gguf(gguf, self.directory)
-        self.reader = reader  # gguf's reader of the file, validated (its tensors as stored)
+        self.file = GGUFFile(self.directory)  # the file's header and tensors as stored
+        self.fields = self.file.values()  # its metadata as Python values
         self.metadata: dict = {}
         self.info: dict[str, TensorInfo] = {}
         self.file_of: dict[str, Path] = {}  # every tensor's file: this one
@@ -183,17 +185,16 @@ class GGUFCheckpoint:
             raise CheckpointError(f"{path}: metadata general.architecture is "
                                   f"{type(architecture).__name__}, not a string (spec "
                                   "NVFP4-GGUF-2)")
-        _check_key_types(gguf, reader, architecture, path)
-        hf_names = _hf_names(gguf, self.fields, reader, path)
+        _check_key_types(gguf, self.file, architecture, path)
+        hf_names = _hf_names(self.fields, self.file, path)
         plain = {"F32": gguf.GGMLQuantizationType.F32, "F16": gguf.GGMLQuantizationType.F16,
                  "BF16": gguf.GGMLQuantizationType.BF16}
         skipped = []
         self.unread = skipped  # "name (TYPE)" of every tensor of a type not read
-        for tensor in reader.tensors:
-            name = tensor.name
-            shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))  # ggml ne is reversed
+        for tensor in self.file.tensors:
+            name, shape = tensor.name, tensor.shape  # row-major (ggml's ne reversed)
             heads = self._heads(architecture, name, shape)
-            if int(tensor.tensor_type) == NVFP4_TYPE:
+            if tensor.ggml_type == NVFP4_TYPE:
                 if len(shape) != 2:
                     raise CheckpointError(f"{path}: NVFP4 tensor {name!r} has shape {shape}: "
                                           "merged MoE experts (3-D) are not read yet, only "
@@ -204,14 +205,14 @@ class GGUFCheckpoint:
                 self._add(f"{module}.weight", "U8", (rows, cols // 2), tensor, "packed", heads)
                 self._add(f"{module}.weight_scale", "F8_E4M3", (rows, cols // GROUP_SIZE),
                           tensor, "scale", heads)
-            elif name.endswith(".scale") and tensor.tensor_type == plain["F32"]:
+            elif name.endswith(".scale") and tensor.ggml_type == plain["F32"]:
                 weight = name.removesuffix(".scale") + ".weight"
                 module = hf_names.get(weight, weight).removesuffix(".weight")
                 self._add(f"{module}.scale", "F32", shape, tensor, "plain", None)
             else:
-                dtype = next((k for k, v in plain.items() if tensor.tensor_type == v), None)
+                dtype = next((k for k, v in plain.items() if tensor.ggml_type == v), None)
                 if dtype is None:
-                    skipped.append(f"{name} ({tensor.tensor_type.name})")
+                    skipped.append(f"{name} ({self.file.type_name(tensor.ggml_type)})")
                     continue
                 self._add(hf_names.get(name, name), dtype, shape, tensor, "plain", heads)
         if skipped:
@@ -251,7 +252,7 @@ class GGUFCheckpoint:
 
     def array(self, name: str) -> np.ndarray:
         tensor, role, heads = self._sources[name]
-        data = np.asarray(tensor.data)
+        data = self.file.raw(tensor)
         info = self.info[name]
         if role == "plain":
             if info.dtype == "BF16":
@@ -266,13 +267,16 @@ class GGUFCheckpoint:
         return np.ascontiguousarray(data)
 
     def transformers_config(self) -> dict:
-        """The model's config as transformers' own GGUF reader gives it (``model_type`` and the
-        hyper-parameters, for ``AutoConfig.for_model``), with the head size llama.cpp reads
-        (``attention.key_length``), which transformers maps for some architectures only; a
-        ValueError for an architecture transformers does not read from GGUF."""
+        """The model's config as transformers' own GGUF config mapping gives it (``model_type``
+        and the hyper-parameters, for ``AutoConfig.for_model``; run on this header, not a second
+        parse of the file: ``gguf_transformers.transformers_reads``), with the head size
+        llama.cpp reads (``attention.key_length``), which transformers maps for some
+        architectures only; a ValueError for an architecture transformers does not read from
+        GGUF."""
         try:
             from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
-            parsed = load_gguf_checkpoint(str(self.directory), return_tensors=False)
+            with transformers_reads(self.file):
+                parsed = load_gguf_checkpoint(str(self.directory), return_tensors=False)
         except Exception as exc:  # noqa: BLE001 - transformers' reader: any failure, a note
             text = str(exc).strip().splitlines()
             raise ValueError(f"transformers reads no config from it: {type(exc).__name__}: "
@@ -324,17 +328,17 @@ def open_gguf(path) -> tuple[CheckpointFormat, GGUFCheckpoint, dict]:
     return CheckpointFormat(GGUF, [], dict(model.fields), Path(path).name), model, modules
 
 
-def _check_key_types(gguf, reader, architecture: str, path) -> None:
+def _check_key_types(gguf, file: GGUFFile, architecture: str, path) -> None:
     """Every key the readers consult stored as the type llama.cpp reads it as
     (``gguf_facts.read_key_types``), or a CheckpointError naming the key (NVFP4-GGUF-2)."""
     def named(types) -> str:
         names = [gguf.GGUFValueType(t).name for t in types]
         return names[0] + (f" of {names[1]}" if len(names) > 1 else "")
     for key, (kind, element) in read_key_types(architecture).items():
-        field = reader.fields.get(key)
+        field = file.fields.get(key)
         if field is None:
             continue
-        stored = [int(t) for t in field.types][:2]
+        stored = field.types
         expected = [kind] + ([element] if element is not None else [])
         if stored != expected:
             raise CheckpointError(f"{path}: metadata {key} is stored as {named(stored)}; "
@@ -342,7 +346,7 @@ def _check_key_types(gguf, reader, architecture: str, path) -> None:
                                   "NVFP4-GGUF-2)")
 
 
-def _hf_names(gguf, fields: dict, reader, path) -> dict:
+def _hf_names(fields: dict, file: GGUFFile, path) -> dict:
     """GGUF tensor name -> the Hugging Face name it was converted from: as this project's
     writer recorded it (two string arrays of one length, checked), else from gguf's tensor name
     map (the ``model.``-prefixed name of the architecture's Hugging Face layout), else none
@@ -363,4 +367,4 @@ def _hf_names(gguf, fields: dict, reader, path) -> dict:
         return {}
     blocks = fields.get(f"{architecture}.block_count", 0)
     blocks = blocks if isinstance(blocks, int) and 0 <= blocks < 1 << 16 else 0
-    return hugging_face_names(architecture, blocks, [t.name for t in reader.tensors])
+    return hugging_face_names(architecture, blocks, [t.name for t in file.tensors])

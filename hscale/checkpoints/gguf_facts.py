@@ -1,8 +1,9 @@
 """What the kit knows of GGUF and llama.cpp, in one place: the file's magic and NVFP4's type
-number, the metadata keys the kit reads and writes, which llama.cpp architecture a Hugging Face
-model type is, which of llama.cpp's graphs apply an NVFP4 tensor's ``.scale`` (so are written),
-which permute the query and key rows, and llama.cpp's tensor names (gguf's name map). Every
-reader and writer of GGUF in the kit (``gguf``, ``to_gguf``, ``from_gguf``,
+number, the container's limits (versions, name length, dimensions), the metadata keys the kit
+reads and writes, which llama.cpp architecture a Hugging Face model type is, which of
+llama.cpp's graphs apply an NVFP4 tensor's ``.scale`` (so are written), which permute the query
+and key rows, and llama.cpp's tensor names (gguf's name map). Every reader and writer of GGUF
+in the kit (``gguf_file``, ``gguf``, ``to_gguf``, ``from_gguf``,
 ``hscale.checkpoints.gguf_source``, ``hscale.calibration.imatrix``) takes them from here."""
 
 from __future__ import annotations
@@ -11,6 +12,14 @@ from __future__ import annotations
 MAGIC = b"GGUF"
 #: ggml's type number of NVFP4 (ggml.h ``GGML_TYPE_NVFP4``).
 NVFP4_TYPE = 40
+#: The clause of the container (docs/spec.md NVFP4-GGUF-2), which ``gguf_file`` checks.
+CONTAINER_CLAUSE = "NVFP4-GGUF-2"
+#: The versions llama.cpp reads (gguf.cpp: 1 is refused, so is anything above 3).
+VERSIONS = (2, 3)
+#: llama.cpp's GGML_MAX_NAME: a tensor name is shorter.
+MAX_NAME_BYTES = 64
+#: llama.cpp's GGML_MAX_DIMS.
+MAX_DIMS = 4
 
 #: Where the writer records each tensor's Hugging Face module (two parallel string arrays).
 SOURCE_MODULES_KEY = "hscale.source.modules"

@@ -12,7 +12,7 @@ Then, from that one read:
 * the **config and the tokenizer** are transformers' own GGUF routes
   (``modeling_gguf_pytorch_utils.load_gguf_checkpoint`` and ``AutoTokenizer.from_pretrained(...,
   gguf_file=...)``), handed this header instead of opening the file again
-  (``_transformers_reads_this_header``: gguf's ``GGUFReader`` and transformers' own header
+  (``gguf_transformers.transformers_reads``: gguf's ``GGUFReader`` and transformers' own header
   reader answer from it);
 * the **weights** are dequantized **tensor by tensor** by the ``gguf`` package's own NumPy
   dequantizers (``gguf.dequantize``: Q4_1, Q8_0, K-quants, ... to float32), put in Hugging
@@ -29,7 +29,6 @@ eval`` of a GGUF original in transformers.
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -41,6 +40,7 @@ import numpy as np
 from hscale.models.loading import quiet_transformers
 
 from .gguf_facts import ARCHITECTURE_KEY, NAME_KEY, TYPE_KEY, block_count_key
+from .gguf_transformers import transformers_reads
 
 #: What reading a GGUF model needs beyond the models extra, and how to get it.
 GGUF_INSTALL_HINT = "pip install 'hscale-nvfp4[engines]' (or pip install gguf==0.19.0 accelerate)"
@@ -170,7 +170,7 @@ class GGUFModel:
         ``config``, ``tokenizer`` and ``tokenizer_config`` as its GGUF route maps them."""
         from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
         try:
-            with self._transformers_reads_this_header(), quiet_transformers():
+            with transformers_reads(self.file), quiet_transformers():
                 return load_gguf_checkpoint(str(self.path), return_tensors=False)
         except (ValueError, NotImplementedError, KeyError, TypeError) as exc:
             raise self._cannot(exc) from None
@@ -207,7 +207,7 @@ class GGUFModel:
         (``AutoTokenizer.from_pretrained(..., gguf_file=...)``)."""
         import transformers
         try:
-            with self._transformers_reads_this_header(), quiet_transformers():
+            with transformers_reads(self.file), quiet_transformers():
                 return transformers.AutoTokenizer.from_pretrained(
                     self.path.absolute().parent, gguf_file=self.path.name)
         except (ValueError, NotImplementedError, KeyError, OSError, TypeError) as exc:
@@ -218,31 +218,6 @@ class GGUFModel:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return GGUFSourceError(f"{self.path}: transformers {transformers.__version__} cannot "
                                f"read it ({first})")
-
-    @contextlib.contextmanager
-    def _transformers_reads_this_header(self):
-        """Within the block, transformers' GGUF routes read this header instead of the file:
-        gguf's ``GGUFReader`` (which transformers' config and tokenizer mapping call) and
-        transformers' own header reader answer from it."""
-        import gguf
-        import transformers.integrations.gguf as transformers_gguf
-        view = _ReaderView(self.file)
-        original_reader, original_metadata = gguf.GGUFReader, transformers_gguf.read_gguf_metadata
-
-        def reader(path, mode="r"):
-            return view if Path(path).resolve() == self.path.resolve() else \
-                original_reader(path, mode)
-
-        def metadata(path, *args, **kwargs):
-            if Path(path).resolve() != self.path.resolve():
-                return original_metadata(path, *args, **kwargs)
-            return view.metadata(), tuple(t.name for t in self.file.tensors)
-        gguf.GGUFReader, transformers_gguf.read_gguf_metadata = reader, metadata
-        try:
-            yield
-        finally:
-            gguf.GGUFReader, transformers_gguf.read_gguf_metadata = original_reader, \
-                original_metadata
 
     # -- the weights ---------------------------------------------------------------------------
     @cached_property
@@ -331,44 +306,6 @@ def _tied_names(model) -> set:
     tied = getattr(model, "all_tied_weights_keys", None) or getattr(model, "_tied_weights_keys",
                                                                    None) or {}
     return set(tied) if not isinstance(tied, dict) else set(tied)
-
-
-class _ReaderView:
-    """The header of a ``GGUFFile`` as what transformers reads of gguf's ``GGUFReader``
-    (``fields``: key -> an object with ``parts``, ``data``, ``types``, ``contents()``;
-    ``tensors``: objects with ``name``), and as its own header reader's metadata dict."""
-
-    def __init__(self, file):
-        self._file = file
-        self.fields = {key: _FieldView(item) for key, item in file.fields.items()}
-        self.tensors = [_TensorName(t.name) for t in file.tensors]
-
-    def metadata(self) -> dict:
-        return self._file.values()
-
-
-@dataclass(frozen=True)
-class _TensorName:
-    name: str
-
-
-class _FieldView:
-    """One key-value pair as gguf's ``ReaderField`` shows it to transformers: ``parts[i]`` for
-    each ``i`` of ``data`` is the element (a string's bytes, or a one-element list)."""
-
-    def __init__(self, item):
-        from .gguf_file import ARRAY, STRING
-        self.name = item.key
-        self.types = [item.type] if item.sub_type is None else [ARRAY, item.sub_type]
-        self._item = item
-        kind = item.type if item.sub_type is None else item.sub_type
-        values = [item.value] if item.sub_type is None else item.value
-        self.parts = [v.encode("utf-8", "surrogateescape") if kind == STRING else [v]
-                      for v in values]
-        self.data = list(range(len(self.parts)))
-
-    def contents(self, index_or_slice=slice(None)):
-        return self._item.value
 
 
 def _transformers_architectures() -> set[str]:

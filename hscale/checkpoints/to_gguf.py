@@ -39,7 +39,7 @@ from hscale.files import check_target, replacing
 
 from hscale.reference.gguf_blocks import BLOCK, BLOCK_BYTES, to_gguf_blocks
 
-from .from_gguf import add_fields, carried_fields, field_value, tensor_bytes
+from .from_gguf import add_fields, carried_fields, field_value
 from .gguf import GGUFCheckpoint, is_gguf_file, permuted_heads, require_gguf, rope_permute, \
     rope_unpermute
 from .gguf_facts import (METADATA_NAME, PREC_A4_KEY, PREC_NAMES_KEY, REFUSED_BECAUSE,
@@ -406,8 +406,8 @@ def _verify(path: Path, model, layout, plan: list[dict]) -> None:
                 after.astype(np.float32), before.astype(np.float32))
         elif entry["kind"] == "raw":
             if stored is None:  # the same read of the written file
-                stored = {t.name: t for t in written.reader.tensors}
-            same = _same_raw(entry, stored[entry["gguf"]], model)
+                stored = {t.name: t for t in written.file.tensors}
+            same = _same_raw(entry, written.file, stored[entry["gguf"]], model)
         else:
             continue
         if not same:
@@ -457,16 +457,18 @@ def _raw_plan(plan: list[dict], source, gguf, architecture: str, hparams: dict
     return out
 
 
-def _same_raw(entry: dict, tensor, model) -> bool:
-    """A tensor copied as stored: its bytes in the written file (``tensor``) are the source
-    GGUF's, and (where the checkpoint has it) their dequantization is the checkpoint's."""
+def _same_raw(entry: dict, file, tensor, model) -> bool:
+    """A tensor copied as stored: its bytes in the written file (``tensor`` of the
+    ``GGUFFile`` ``file``) are the source GGUF's, and (where the checkpoint has it) their
+    dequantization is the checkpoint's."""
     import gguf
-    if tensor.tensor_type != entry["raw"] or not np.array_equal(
-            tensor_bytes(tensor), np.asarray(entry["stored"]).reshape(-1).view(np.uint8)):
+    kind = gguf.GGMLQuantizationType(tensor.ggml_type)
+    if kind != entry["raw"] or not np.array_equal(
+            file.stored(tensor), np.asarray(entry["stored"]).reshape(-1).view(np.uint8)):
         return False
     if not entry["compare"]:
         return True
-    values = gguf.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)
+    values = gguf.dequantize(file.raw(tensor), kind).astype(np.float32)
     if entry["heads"] is not None:
         values = rope_unpermute(values, entry["heads"])
     before = model.array(entry["hf"]).astype(np.float32)

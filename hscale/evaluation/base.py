@@ -33,7 +33,9 @@ from pathlib import Path
 import numpy as np
 
 MAGIC = b"HSCALE-EVAL-BASE"
-VERSION = 1
+#: 2: llama.cpp runs an original with flash attention (``runners.LlamaCppRunner``), so a
+#: version-1 base of a GGUF original holds other logits than this kit computes; refused.
+VERSION = 2
 #: The rows start at a multiple of this many bytes.
 ALIGN = 64
 ROW_DTYPE = np.dtype("<f4")

@@ -42,13 +42,34 @@ def rounding_quality(weight, result, h, quantizer=None) -> dict:
     is a sum of group objectives (HSCALE-OBJ-1) at the chosen and at the initial byte, with h
     and with h = 1 (the squared error), so RTN's codes are never kept and nothing is decoded.
 
+    The objectives are the result's own (``result.objectives``: the search's arithmetic, asked
+    for by ``quantize(objectives=True, objectives_h=h)``) where it has those of every weighting
+    needed; else they are scored here (``score_objectives``, on ``quantizer``'s steps), for a
+    backend whose search does not hand them back (cupy, a third party's). Either way every
+    group's objective is the reference's bit for bit and the sums are taken at the end in one
+    order, so the figures do not depend on the backend, its blocks or its threads. They
+    measure the error against the exact NVFP4 values ``q * s`` (HSCALE-OBJ-1);
+    ``layer_quality`` measures it against the decoded fp32 weights (NVFP4-DEQ-1), one fp32
+    rounding away: the two agree to about 1e-7 relative."""
+    objectives = result.objectives
+    if objectives is None or (h is not None and objectives.weighted is None):
+        objectives = score_objectives(weight, result, h, quantizer)
+    out = {"weight_mse": float(np.sum(objectives.squared[..., 0])) / weight.size,
+           "weight_mse_rtn": float(np.sum(objectives.squared[..., -1])) / weight.size}
+    if h is not None:
+        out["diag_error"] = float(np.sum(objectives.weighted[..., 0]))
+        out["diag_error_rtn"] = float(np.sum(objectives.weighted[..., -1]))
+    out.update(shift_histogram(result))
+    return out
+
+
+def score_objectives(weight, result, h, quantizer=None):
+    """The ``GroupObjectives`` of a result (at its chosen and initial bytes, h = 1 and, where
+    given, h), scored from the weight by one rounding of the two bytes under both weightings.
+
     ``quantizer``: the steps of a backend set up for this layer (``layer_quantizer``), whose
-    objectives are the reference's bit for bit; default the reference's. The objectives of
-    every group are kept and summed at the end in one order, so the figures do not depend on
-    the backend, its blocks or its threads. They measure the error against the exact NVFP4
-    values ``q * s`` (HSCALE-OBJ-1); ``layer_quality`` measures it against the decoded fp32
-    weights (NVFP4-DEQ-1), one fp32 rounding away: the two agree to about 1e-7 relative."""
-    from hscale.reference import Quantizer
+    objectives are the reference's bit for bit; default the reference's."""
+    from hscale.reference import GroupObjectives, Quantizer
     from hscale.reference.objective import UNIT_WEIGHTS
     from hscale.reference.quantize import plan_blocks
     quantizer = quantizer or Quantizer()
@@ -61,27 +82,20 @@ def rounding_quality(weight, result, h, quantizer=None) -> dict:
     # scored at a live byte, where the objective is defined and is exactly 0.
     candidates = np.stack(pair, axis=-1)
     candidates[candidates == ZERO_GROUP_BYTE] = FIRST_NORMAL_BYTE
-    errors = {key: np.empty(candidates.shape)
-              for key in ("weight_se",) + (() if h is None else ("diag_error",))}
+    errors = [np.empty(candidates.shape) for _ in range(1 if h is None else 2)]
 
     def run_block(block):
         r0, r1, i0, i1 = block
         groups = quantizer.load_groups(weight[r0:r1, GROUP_SIZE * i0:GROUP_SIZE * i1])
-        weightings = [UNIT_WEIGHTS if key == "weight_se" else h_groups[i0:i1] for key in errors]
+        weightings = [UNIT_WEIGHTS, None if h is None else h_groups[i0:i1]][:len(errors)]
         scored = quantizer.candidate_objectives_weighted(
             groups, weightings, candidates[r0:r1, i0:i1], result.global_scale)
-        for key, values in zip(errors, scored):
-            errors[key][r0:r1, i0:i1] = values
+        for array, values in zip(errors, scored):
+            array[r0:r1, i0:i1] = values
 
     quantizer.map_blocks(run_block, plan_blocks(rows, group_cols, quantizer.block_groups))
-    sums = {key: (float(np.sum(e[..., 0])), float(np.sum(e[..., -1])))
-            for key, e in errors.items()}
-    out = {"weight_mse": sums["weight_se"][0] / weight.size,
-           "weight_mse_rtn": sums["weight_se"][1] / weight.size}
-    if h is not None:
-        out["diag_error"], out["diag_error_rtn"] = sums["diag_error"]
-    out.update(shift_histogram(result))
-    return out
+    both = [np.broadcast_to(e, (rows, group_cols, 2)) for e in errors]  # rtn: one byte
+    return GroupObjectives(both[0], both[1] if h is not None else None)
 
 
 def shift_histogram(result) -> dict:

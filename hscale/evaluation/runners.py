@@ -97,9 +97,20 @@ def added_bos(tokenizer) -> int | None:
 
 
 class LlamaCppRunner(Runner):
-    """A GGUF file run by llama.cpp (llama-cpp-python): its own tokenizer, its CPU kernels (for
-    NVFP4 and the k-quants: activations quantized to Q8 inside each matmul), every position's
-    logits of a window (``logits_all``), the KV cache emptied between windows."""
+    """A GGUF file run by llama.cpp (llama-cpp-python) as llama-perplexity runs it: its own
+    tokenizer, its CPU kernels (for NVFP4 and the k-quants: activations quantized to Q8 inside
+    each matmul), flash attention, the scored positions' logits of a window, the KV cache
+    emptied between windows.
+
+    Flash attention: llama-perplexity's default (``-fa auto``) turns it on wherever the device
+    runs it, which a CPU always does; llama-cpp-python's default is off, and offers no auto.
+    Off, the attention materialises each head's (positions, positions) scores and softmax as
+    separate passes: SmolLM2's NVFP4 GGUF took 24-28 CPU s for two 512-token windows against
+    19-22 on (docs/performance.md), and the figures moved off llama-perplexity's (SmolLM2's
+    Q4_1 GGUF, two windows: perplexity 17.653 against its 17.894); on, they are its figures."""
+
+    #: llama.cpp's attention as llama-perplexity runs it on a CPU (see the class docstring).
+    FLASH_ATTENTION = True
 
     def __init__(self, path, context: int, threads: int | None = None):
         from hscale.models.loading import require
@@ -107,14 +118,17 @@ class LlamaCppRunner(Runner):
         self.path = str(path)
         self.llm = llama_cpp.Llama(self.path, n_ctx=context, n_batch=context,
                                    n_ubatch=min(context, 512), logits_all=True, verbose=False,
-                                   n_threads=threads, n_threads_batch=threads)
+                                   n_threads=threads, n_threads_batch=threads,
+                                   flash_attn=self.FLASH_ATTENTION)
         model = self.llm._model
         metadata = self.llm.metadata
         self.facts = {"engine": "llama.cpp", "llama-cpp-python": llama_cpp.__version__,
                       "model": model.desc(),
                       "architecture": metadata.get("general.architecture"),
                       "file_type": _file_type(metadata.get("general.file_type")),
-                      "threads": self.llm.n_threads}
+                      "threads": self.llm.n_threads,
+                      "flash_attention": self.llm.context_params.flash_attn_type
+                      == llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED}
         self.vocab_size = int(self.llm.n_vocab())
         self.max_context = int(model.n_ctx_train()) or None
         self.bos = llama_cpp_bos(self.llm)

@@ -51,8 +51,23 @@ def score_window(logits, targets, first: int, reference=None) -> WindowScores:
     logits from position ``first`` on (at least len(targets) - first rows: what a runner gives,
     ``Runner.logits(ids, first)``), ``targets`` (context - 1,) the next tokens, ``reference``
     the original's logits at the scored positions ((len(targets) - first, V): its runner's, or
-    a kept base's, ``hscale.evaluation.base``) or None."""
+    a kept base's, ``hscale.evaluation.base``) or None.
+
+    It runs on one torch thread (the caller's count is restored): a row block is a few MiB of
+    float64, too little for torch's intra-op threads to pay for their fork and join, and on a
+    loaded machine each join waits for a parked thread (a 255-row SmolLM2 window with an
+    original: 0.26-0.38 CPU s on one thread, 0.87-1.32 on two; docs/performance.md). Each row
+    is reduced whole either way, so the figures do not change."""
     import torch
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _score_rows(torch, logits, targets, first, reference)
+    finally:
+        torch.set_num_threads(saved)
+
+
+def _score_rows(torch, logits, targets, first: int, reference) -> WindowScores:
     logits = torch.as_tensor(logits)
     targets = torch.as_tensor(np.asarray(targets, dtype=np.int64))
     scored = targets.shape[0] - first

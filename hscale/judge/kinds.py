@@ -43,6 +43,7 @@ from hscale.reference.hadamard import PROFILES as HADAMARD_PROFILES
 from hscale.reference.hadamard import TE_SIGN_MASK
 from hscale.reference.random_bits import ROUTINGS
 from hscale.reference.rht_quantize import AXES as RHT_AXES
+from hscale.reference.rht_quantize import PADDINGS as RHT_PADDINGS
 from hscale.reference.stochastic_quantize import SCALINGS
 
 from .activation_domain import ACTIVATION_DTYPE_NAMES, ACTIVATION_LAYOUTS, SCALE_CONVENTIONS
@@ -288,7 +289,11 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
                       "recipe), NVFP4-RHT-2", lambda: tuple(HADAMARD_PROFILES), default="exact"),
           Declaration("rht_axis", "which axis it transforms: columnwise (the transposed copy, "
                       "16 consecutive tokens) or rowwise (NVFP4-RHT-1)", lambda: RHT_AXES,
-                      default="columnwise")),
+                      default="columnwise"),
+          Declaration("rht_padding", "what it does with a transformed axis that is not a "
+                      "multiple of 16: refuse (raise, as TransformerEngine does) or zeros (pad "
+                      "with zero tokens to the next multiple of 16), NVFP4-RHT-1",
+                      lambda: RHT_PADDINGS, default="refuse")),
          domain=_rht_domain, checker="hscale.conformance.rht_checker:RhtChecker",
          fixture="rht_checker", family="hscale.vectors.rht_sets"),
     Kind("tile",

@@ -5,7 +5,7 @@ and axis.
 A result is first compared with what the reference makes of the same input under the
 declared options and under each single departure from them, so that a finding names the rule
 broken: another sign vector (a plain one, TransformerEngine's, or the declared one with one sign
-flipped) or axis (NVFP4-RHT-1), the transformed values rounded otherwise
+flipped), axis, or padding (a short block filled with copies of its last token) (NVFP4-RHT-1), the transformed values rounded otherwise
 (NVFP4-RHT-2), the global amax taken before the transform (NVFP4-RHT-3); anything else is
 judged by the activation judge on the transformed values under the profile's recipe (its
 findings cited as NVFP4-RHT-3, with the recipe's clause in their text).
@@ -32,14 +32,21 @@ class RhtDomain:
     mask: int = TE_SIGN_MASK
     profile: str = "exact"
     axis: str = "columnwise"
+    padding: str = "refuse"
 
     @classmethod
     def of(cls, declarations: dict) -> "RhtDomain":
         return cls(int(declarations["rht_sign_mask"]), declarations["rht_profile"],
-                   declarations["rht_axis"])
+                   declarations["rht_axis"], declarations.get("rht_padding", "refuse"))
 
     def describe(self) -> str:
-        return f"sign mask 0x{self.mask:04X}, profile {self.profile}, axis {self.axis}"
+        return (f"sign mask 0x{self.mask:04X}, profile {self.profile}, axis {self.axis}, "
+                f"padding {self.padding}")
+
+    def options(self, **changed) -> dict:
+        """The reference's keyword arguments under this domain, with ``changed`` ones."""
+        return {"mask": self.mask, "profile": self.profile, "axis": self.axis,
+                "padding": self.padding, **changed}
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,18 @@ def _same(observed: ObservedActivations, result) -> bool:
             and np.array_equal(observed.codes, result.codes))
 
 
+def _clamped(x, domain: RhtDomain) -> np.ndarray | None:
+    """``x`` with its transformed axis filled to a multiple of 16 by copies of its last
+    element, or None when nothing is padded."""
+    x = np.asarray(x)
+    axis = 0 if domain.axis == "columnwise" else 1
+    short = -x.shape[axis] % 16
+    if domain.padding != "zeros" or not short:
+        return None
+    last = np.take(x, [-1], axis=axis)
+    return np.concatenate([x, np.repeat(last, short, axis=axis)], axis=axis)
+
+
 def departures(case: RhtCase, domain: RhtDomain) -> list[tuple[str, str, object]]:
     """``(clause, what, result)`` for each single departure from the declared options."""
     out = []
@@ -81,17 +100,23 @@ def departures(case: RhtCase, domain: RhtDomain) -> list[tuple[str, str, object]
     flips = {domain.mask ^ (1 << i) for i in range(16)}
     for mask in sorted({0, TE_SIGN_MASK, *flips} - {domain.mask}):
         out.append(("NVFP4-RHT-1", f"the sign mask 0x{mask:04X}, not the declared "
-                    f"0x{domain.mask:04X}", quantize_rht(case.x, mask=mask,
-                                                         profile=domain.profile,
-                                                         axis=domain.axis)))
+                    f"0x{domain.mask:04X}", quantize_rht(case.x, **domain.options(mask=mask))))
     for axis in AXES:
         if axis != domain.axis:
+            try:
+                other = quantize_rht(case.x, **domain.options(axis=axis))
+            except ValueError:  # that axis is no multiple of 16, and the kernel refuses
+                continue
             out.append(("NVFP4-RHT-1", f"the transform along the {axis} axis, not the declared "
-                        f"{domain.axis}", quantize_rht(case.x, mask=domain.mask,
-                                                        profile=domain.profile, axis=axis)))
+                        f"{domain.axis}", other))
+    clamped = _clamped(case.x, domain)
+    if clamped is not None:
+        out.append(("NVFP4-RHT-1", "the padded tokens not zero: the last block filled with "
+                    "copies of the last token (a clamped load)",
+                    quantize_rht(clamped, **domain.options())))
     for profile in PROFILES:
         if profile != domain.profile:
-            y = transformed(case.x, mask=domain.mask, profile=profile, axis=domain.axis)
+            y = transformed(case.x, **domain.options(profile=profile))
             out.append(("NVFP4-RHT-2", f"the transformed values rounded as {profile} ("
                         f"{np.dtype(PROFILES[profile]).name}), not {domain.profile}",
                         quantize_activations(y, None,
@@ -99,7 +124,7 @@ def departures(case: RhtCase, domain: RhtDomain) -> list[tuple[str, str, object]
     source = np.asarray(case.x).astype(np.float32)
     amax = np.float32(np.max(np.abs(source)))
     if amax > 0:
-        y = transformed(case.x, mask=domain.mask, profile=domain.profile, axis=domain.axis)
+        y = transformed(case.x, **domain.options())
         out.append(("NVFP4-RHT-3", "the global scale from the amax before the transform "
                     f"(2688 / {float(amax)!r})", quantize_activations(
                         y, RANGE / amax, recipe=RECIPE_OF_PROFILE[domain.profile])))
@@ -108,7 +133,7 @@ def departures(case: RhtCase, domain: RhtDomain) -> list[tuple[str, str, object]
 
 def diagnose_rht(case: RhtCase, observed: ObservedActivations, domain: RhtDomain) -> Findings:
     diagnosis = Findings()
-    expected = quantize_rht(case.x, mask=domain.mask, profile=domain.profile, axis=domain.axis)
+    expected = quantize_rht(case.x, **domain.options())
     if _same(observed, expected):
         return diagnosis
     for clause, what, result in departures(case, domain):
@@ -118,7 +143,7 @@ def diagnose_rht(case: RhtCase, observed: ObservedActivations, domain: RhtDomain
                 f"{domain.describe()}); global scale expected {fp32_hex(expected.global_scale)} "
                 f"observed {fp32_hex(observed.global_scale)}", kind="departure"))
             return diagnosis
-    y = transformed(case.x, mask=domain.mask, profile=domain.profile, axis=domain.axis)
+    y = transformed(case.x, **domain.options())
     recipe = RECIPE_OF_PROFILE[domain.profile]
     judged = diagnose_activations(ActivationCase(y, None, case.id, case.title), observed, recipe)
     for finding in judged.findings:

@@ -83,11 +83,14 @@ class _Counting:
 def quantize_weight(weight, hessian_diag=None, *, pipeline="rtn", method="hscale",
                     backend="numpy", hessian=None, global_scale=None, K=DEFAULT_K, U=DEFAULT_U,
                     damp=DEFAULT_DAMP, block_size=DEFAULT_BLOCK_SIZE, act_order=False,
-                    static_groups=False, on_groups=None):
+                    static_groups=False, on_groups=None, objectives_h=False):
     """One weight (a numpy array, or a torch tensor of float32, float16 or bfloat16, taken bit
     for bit) quantized by a pipeline; h (or the full H for gptq) as numpy or torch. Returns the
     reference's ``QuantizedWeight``. ``on_groups(weights)``: called as GPTQ's sweep reaches each
-    group column (progress within a tensor)."""
+    group column (progress within a tensor). ``objectives_h``: not False, the result's group
+    objectives at the chosen and initial byte with h = 1 and with this h (None: h = 1 alone),
+    from the search's own arithmetic (``quantize(objectives=True)``), where the backend hands
+    them back (``hands_back_objectives``; the rtn and 4over6 pipelines)."""
     from hscale.backends import get
     weight = as_numpy(weight)
     hessian_diag = None if hessian_diag is None else as_numpy(hessian_diag)
@@ -111,9 +114,13 @@ def quantize_weight(weight, hessian_diag=None, *, pipeline="rtn", method="hscale
                              static_groups=static_groups, group_quantizer=group_quantizer,
                              inverse_factor=inverse_factor)
     statistic = hessian_diag if method_named(method).reads_statistics else None  # h, blocks
+    scoring = {}
+    if objectives_h is not False and getattr(quantizer, "hands_back_objectives", False):
+        scoring = {"objectives": True, "objectives_h": None if objectives_h is None
+                   else as_numpy(objectives_h)}
     return quantizer.quantize(weight, statistic, method=method,
                               init=chosen.init, K=K, U=U, scale_ceiling=chosen.scale_ceiling,
-                              global_scale=global_scale)
+                              global_scale=global_scale, **scoring)
 
 
 def as_numpy(value):

@@ -97,13 +97,18 @@ def quantize_layer(plan, weight, global_scale, request, backend, layout, h=None,
     elif method_named(method).reads_statistics and statistic is None:
         method = "scale-only"
         note = (fallback or "no calibration token reached it") + ": the scale-only search (h = 1)"
+    chosen = PIPELINES[pipeline]
+    # the report's errors from the group objectives (rounding_quality): the search hands them
+    # back, with h = 1 and with h
+    from_objectives = not request.no_report and H is None and chosen.initial_bytes_are_rtns
     try:
         result = quantize_weight(
             weight, statistic, pipeline=pipeline,
             method=method, backend=backend, hessian=H, global_scale=global_scale,
             K=request.K, U=request.U, damp=request.damp,
             block_size=request.block_size, act_order=request.act_order,
-            static_groups=request.static_groups, on_groups=on_groups)
+            static_groups=request.static_groups, on_groups=on_groups,
+            objectives_h=h if from_objectives else False)
     except ValueError as exc:
         raise ValueError(f"{name}: {exc}") from None
     tensors = layout.tensors(plan.module, result)
@@ -118,13 +123,13 @@ def quantize_layer(plan, weight, global_scale, request, backend, layout, h=None,
         entry["fallback"] = note
     if method != request.method:
         entry["method"] = method
-    chosen = PIPELINES[pipeline]
     if request.no_report:  # --no-report: no errors against RTN, the chosen shifts only
         entry.update(shift_histogram(result))
-    elif H is None and chosen.initial_bytes_are_rtns and result.initial_bytes is not None:
+    elif from_objectives and result.initial_bytes is not None:
         # RTN's bytes are the result's initial bytes: both errors from the group objectives,
-        # on the backend's own steps where it has them
+        # the search's own (scored on the backend's steps where it did not hand them back)
         steps = getattr(backend, "layer_quantizer", None)
+        steps = steps if result.objectives is None else None
         entry.update(rounding_quality(weight, result, h,
                                       steps(weight.size // GROUP_SIZE) if steps else None))
     else:

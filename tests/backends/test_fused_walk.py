@@ -24,13 +24,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from hscale.judge.builders import L, group_at
+from hscale.judge.builders import L
 from hscale.reference import quantize as reference_quantize
-from hscale.reference.constants import E2M1_MIDPOINTS
 from hscale.reference.e4m3 import encode_e4m3
-from hscale.reference.objective import diagonal_blocks
 
-from helpers.backend_checks import assert_identical
+from helpers.backend_checks import S_G, assert_identical, assert_objectives_identical, hard_layer
 
 torch = pytest.importorskip("torch")
 
@@ -45,45 +43,7 @@ def fused_walk_switch(monkeypatch):
     monkeypatch.delenv(torch_compile.ENV_SWITCH, raising=False)
 
 
-S_G = np.float32(2.0 ** -4)  # the hard layer's global scale (a caller's s_g, NVFP4-GS-3)
 METHODS = ("rtn", "scale-only", "hscale", "hscale-block")
-
-
-def hard_layer(rows: int = 12, groups: int = 8):
-    """(weight float32 (rows, 16 groups), h (n,), blocks (n/16, 16, 16)) built from exact
-    constructions at s_g = ``S_G``: groups whose maximum lands exactly on a byte's 6 with the
-    other elements on E2M1 midpoints (ties at the initial byte) and on grid points; a group at
-    byte 0x7E (the window clipped above); groups at the E4M3-subnormal bytes 0x01..0x07 and
-    below the ladder (clipped below); a saturating group (7 and 6.5 times the scale); +0 and
-    -0.0 zero groups; fp32 subnormal weights; the rest seeded noise with outliers. h has zeros
-    on a whole group and inside groups; the blocks have a zero row and column."""
-    rng = np.random.default_rng(7)
-    w = (rng.standard_normal((rows, 16 * groups)) * 0.05).astype(np.float32)
-    w[rng.random(w.shape) < 0.02] *= 30.0
-    ties = [m * (1 if k % 2 else -1) for k, m in enumerate(E2M1_MIDPOINTS)]
-    grid = [0.5, -1.0, 1.5, -2.0, 3.0, -4.0, 6.0, -0.0]
-    made = [group_at(0x7E, float(S_G), ties + grid),  # the ladder's top: window clipped above
-            group_at(0x40, float(S_G), ties + grid),
-            group_at(0x39, float(S_G), grid + ties),
-            group_at(0x07, float(S_G), ties),  # E4M3-subnormal scales
-            group_at(0x03, float(S_G), grid[:6]),
-            group_at(0x01, float(S_G), ties[:5]),  # the ladder's bottom: clipped below
-            group_at(0x01, float(S_G), []) * 2.0 ** -6,  # below the ladder: c0 = 0x01
-            np.array([7.0, -6.5, 6.25, 5.0] + [0.5] * 12) * L(0x30) * float(S_G)]  # saturates
-    for k, group in enumerate(made):
-        r, g = divmod(k, groups)
-        w[r, 16 * g:16 * g + 16] = group.astype(np.float32)  # exact: few significant bits
-    w[2, 0:16] = 0.0  # zero groups: +0 and -0.0 (sign-only codes, NVFP4-ZERO-1)
-    w[2, 16:32] = -0.0
-    w[3, 32:48] = np.float32(2.0 ** -140) * np.arange(1, 17)  # fp32 subnormal weights
-    w[3, 48:64] = -w[0, 16:32]  # a mirrored tie group
-    h = rng.random(w.shape[1]) * 10.0 ** rng.uniform(-4, 4, w.shape[1])
-    h[16:32] = 0.0  # every candidate scores 0: a tie the first minimum keeps at shift 0
-    h[5] = h[40] = 0.0
-    x = rng.standard_normal((48, w.shape[1]))
-    blocks = diagonal_blocks(x.T @ x)
-    blocks[1, 3, :] = blocks[1, :, 3] = 0.0
-    return w, h, blocks
 
 
 def second_argument(method, h, blocks):
@@ -109,7 +69,9 @@ def test_e4m3_bytes_by_binades_equal_the_reference_rounding():
 @pytest.mark.parametrize("init", ["maxabs", "4over6"])
 def test_walk_run_eagerly_equals_reference(method, init):
     """The walk's torch ops without torch.compile (the backend's eager pipeline never calls
-    them): the reciprocal search, the binade byte, the packing, on the hard layer."""
+    them): the reciprocal search, the binade byte, the packing, on the hard layer; and the
+    group objectives it hands back for the report, against the old route's rescoring."""
+    from hscale.evaluation.quality import score_objectives
     w, h, blocks = hard_layer()
     backend = TorchBackend("cpu", compile=True)
     eager = torch_walk.make_walk(method == "hscale-block", init == "4over6")
@@ -118,8 +80,10 @@ def test_walk_run_eagerly_equals_reference(method, init):
         expected = reference_quantize(w, second_argument(method, h, blocks), method=method,
                                       init=init, **options)
         got = backend.quantize(w, second_argument(method, h, blocks), method=method, init=init,
-                               **options)
+                               objectives=True, objectives_h=h, **options)
         assert_identical(expected, got, f"eager walk {method}/{init} {options}")
+        assert_objectives_identical(score_objectives(w, expected, h), got.objectives,
+                                    f"eager walk {method}/{init} {options}")
     assert backend.fused.disabled is None
     assert backend.fused.walk.verified
 
@@ -202,6 +166,32 @@ def test_compiled_walk_equals_reference_on_hard_groups(fused, method):
                                          ("hscale-block", "4over6")])
 def test_the_other_compiled_walks_equal_reference_on_hard_groups(fused, method, init):
     _compiled_equals_reference(fused, method, init)
+
+
+def _compiled_objectives_equal_the_rescoring(fused, method):
+    from hscale.evaluation.quality import score_objectives
+    w, h, blocks = hard_layer()
+    second = second_argument(method, h, blocks)
+    expected = score_objectives(w, reference_quantize(w, second, method=method,
+                                                      global_scale=S_G), h)
+    got = fused.quantize(w, second, method=method, global_scale=S_G, objectives=True,
+                         objectives_h=h)
+    assert_objectives_identical(expected, got.objectives, f"compiled walk {method}")
+    assert fused.fused.disabled is None, fused.fused.disabled
+    assert any(key[7] == method for key in fused.fused.walk.verified), "the walk did not run"
+
+
+@pytest.mark.parametrize("method", ["rtn", "scale-only", "hscale"])
+def test_compiled_walk_hands_back_the_reference_objectives(fused, method):
+    """The group objectives at the chosen and initial byte the fused walk hands back for the
+    report (h = 1 from its codes' quotient and its search's residuals, h from its search), bit
+    for bit the old route's rescoring of the reference's bytes on the hard layer."""
+    _compiled_objectives_equal_the_rescoring(fused, method)
+
+
+@pytest.mark.extended
+def test_the_block_walk_hands_back_the_reference_objectives(fused):
+    _compiled_objectives_equal_the_rescoring(fused, "hscale-block")
 
 
 def test_compiled_walk_on_device_and_row_blocks(fused, monkeypatch):
@@ -371,6 +361,16 @@ def test_a_library_that_does_not_load_is_built_again(monkeypatch, tmp_path, capf
                        f"minutes of CPU; later runs load it from {package.parent})"], notices
 
 
+def test_a_package_is_named_by_the_walks_outputs(monkeypatch):
+    """A walk with other outputs (the group objectives added for the report) is another
+    package: one built for the old outputs is never loaded for the new."""
+    from hscale.backends import torch_aot
+    settings = torch_compile.compile_settings("cpu")
+    name = torch_aot.package_name((False, False, "cpu"), settings)
+    monkeypatch.setattr(torch_aot, "OUTPUTS", torch_aot.OUTPUTS - 1)
+    assert torch_aot.package_name((False, False, "cpu"), settings) != name
+
+
 def test_the_cache_directory_is_the_kits_and_keyed_by_torch_version(monkeypatch, tmp_path):
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
     for name in ("HSCALE_CACHE_DIR", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR"):
@@ -425,12 +425,14 @@ def test_a_refused_compilation_falls_back_to_eager_and_says_so_once(monkeypatch,
     assert not backend.layer_quantizer(10 ** 6).use_compile  # later layers go eager at once
 
 
-@pytest.mark.parametrize("mutant", ["chosen_plus_one", "ties_rounded_up", "no_saturation"])
+@pytest.mark.parametrize("mutant", ["chosen_plus_one", "ties_rounded_up", "no_saturation",
+                                    "objective_one_ulp_up"])
 def test_a_compiled_function_that_differs_turns_the_walk_off(monkeypatch, mutant):
     """The check on a new block shape, against the eager pipeline on the block and on the
     probe: a walk off by one byte; one whose quotients are one ulp high (right everywhere but on
     exact ties, which this layer does not have: only the probe catches it); one without E2M1
-    saturation (nothing saturates here either). Each is refused, the result is still the
+    saturation (nothing saturates here either); one whose group objective for the report is
+    one ulp high in one group. Each is refused, the result is still the
     reference's, and the backend says why."""
     real_round = torch_walk.e2m1_round
 
@@ -447,6 +449,12 @@ def test_a_compiled_function_that_differs_turns_the_walk_off(monkeypatch, mutant
         if mutant == "chosen_plus_one":
             out = walk(*args)
             return (out[0], torch.where(out[1] > 0, out[1] + 1, out[1])) + out[2:]
+        if mutant == "objective_one_ulp_up":  # one group's squared error at its chosen byte
+            out = walk(*args)
+            scored = out[3].clone()
+            scored[2, 0, 0] = torch.nextafter(scored[2, 0, 0], torch.tensor(np.inf,
+                                                                            dtype=scored.dtype))
+            return out[:3] + (scored,) + out[4:]
         with monkeypatch.context() as m:
             m.setattr(torch_walk, "e2m1_round",
                       ties_rounded_up if mutant == "ties_rounded_up" else no_saturation)

@@ -113,6 +113,34 @@ def test_scores_are_torch_cross_entropy_and_kl_divergence():
     assert np.all(same.kl == 0) and np.all(same.top1_agrees == 1)
 
 
+def test_scores_run_on_one_thread_with_the_figures_of_many(monkeypatch):
+    """The scoring runs on one torch thread whatever the caller set, and gives the caller its
+    count back; its figures are, bit for bit, those of the same arithmetic on four threads
+    (rows of a 4,096-token vocabulary, the last row block one row long, where a split of a
+    row's reduction across threads would show)."""
+    from hscale.evaluation import scores
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(2 * scores.ROWS_AT_ONCE + 1, 4096, generator=g) * 4
+    reference = logits + torch.randn(logits.shape, generator=g)
+    targets = torch.randint(0, 4096, (logits.shape[0],), generator=g).numpy()
+    saved = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        on_four = scores._score_rows(torch, logits, targets, 0, reference)
+        seen = []
+        real = torch.log_softmax
+        monkeypatch.setattr(torch, "log_softmax",
+                            lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k))
+        pinned = score_window(logits, targets, 0, reference)
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(saved)
+    assert seen and set(seen) == {1}
+    assert after == 4
+    for name in ("nll", "kl", "top1_agrees", "base_nll", "delta_p"):
+        np.testing.assert_array_equal(getattr(pinned, name), getattr(on_four, name))
+
+
 def test_student_t_quantiles_and_interval():
     """Textbook quantiles (t(0.975; 1) = 12.7062, t(0.975; 4) = 2.7764, t(0.995; 10) = 3.1693,
     t(0.975; 100) = 1.9840), scipy's where installed, and the interval."""

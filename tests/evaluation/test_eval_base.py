@@ -110,6 +110,23 @@ def test_a_base_is_refused_for_anything_that_differs(tmp_path):
             str(caught.value)
 
 
+def test_a_base_of_another_version_is_refused(tmp_path):
+    """A base an earlier kit wrote (version 1: llama.cpp ran its GGUF originals without flash
+    attention) is refused in one line naming both versions, not read."""
+    from hscale.evaluation.base import VERSION
+    path = tmp_path / "base.bin"
+    with BaseWriter(path, key(), {}) as writer:
+        for _ in range(3):
+            writer.add(np.zeros((3, 5), np.float32))
+        writer.close()
+    raw = path.read_bytes()
+    assert raw.count(b'"version": %d' % VERSION) == 1
+    path.write_bytes(raw.replace(b'"version": %d' % VERSION, b'"version": 1'))
+    with pytest.raises(StaleBase, match=rf"base version 1 \(<f4\), this hscale reads version "
+                                        rf"{VERSION}$"):
+        KeptBase(path)
+
+
 # --------------------------------------------------------------------------------------------
 # hscale eval with a kept base, on the tiny Llama
 # --------------------------------------------------------------------------------------------

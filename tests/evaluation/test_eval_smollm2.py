@@ -90,14 +90,15 @@ def llama_perplexity() -> str:
 
 @pytest.mark.engine
 def test_perplexity_in_llama_cpp_is_llama_perplexitys(smollm2, tmp_path):
-    """Same file, text, 256-token context, 2 chunks, second-half scoring, flash attention off
-    (llama-cpp-python's default; llama-perplexity's auto would turn it on and move the figure
-    in the 3rd decimal): the same perplexity to 1e-4."""
+    """Same file, text, 256-token context, 2 chunks, second-half scoring, llama-perplexity as
+    a user runs it (its default flash attention, auto: on, on a CPU; the kit turns it on, as
+    llama-cpp-python's default of off moved the figure in the 3rd decimal): the same
+    perplexity to 1e-4."""
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (the engines "
                                             "extra)")
     tool = llama_perplexity()
     printed = subprocess.run([tool, "-m", str(smollm2), "-f", str(HELDOUT), "-c", "256",
-                              "--chunks", "2", "-b", "256", "-t", "2", "-fa", "off"],
+                              "--chunks", "2", "-b", "256", "-t", "2"],
                              capture_output=True, text=True, timeout=900)
     assert printed.returncode == 0, printed.stderr[-2000:]
     theirs = float(re.search(r"Final estimate: PPL = ([0-9.]+)", printed.stderr).group(1))
@@ -109,6 +110,7 @@ def test_perplexity_in_llama_cpp_is_llama_perplexitys(smollm2, tmp_path):
     assert ours.returncode == 0, ours.stderr
     document = json.loads(out.read_text())
     assert document["model"]["engine"] == "llama.cpp"
+    assert document["model"]["flash_attention"] is True
     assert document["tokens_scored"] == 2 * 127
     assert document["perplexity"]["mean"] == pytest.approx(theirs, rel=1e-4), (theirs,
                                                                                 document)

@@ -7,7 +7,11 @@ quantized with the dynamic global scale of the transformed amax.
 ``Rht(mask, fault)`` with the faults of the issue: ``signs`` (the sign vector's bit 0 flipped),
 ``plain`` (no sign vector), ``no-bf16`` (the bfloat16 rounding skipped), ``amax-before`` (the
 global scale from the input's amax), ``rowwise`` (the rows transformed, not the column-wise
-copy)."""
+copy). The transforms of NVFP4-RHT-4 (``ALGEBRAIC``): ``entry-flipped`` (entry (3, 9) of the
+matrix with the wrong sign), ``no-quarter`` (the 1/4 left out), ``quarter-ulp`` (1/4 one fp32
+ulp high), ``column-swapped`` (columns 0 and 5 exchanged: orthogonal). ``padding="zeros"``:
+a token count not a multiple of 16 padded with zero tokens (fault ``pads-clamped``: with copies
+of the last token, as a kernel whose loads clamp the index)."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from .activation_kernels import Exact
 
 TE_MASK = 0xD7E8
 FAULTS = ("signs", "plain", "no-bf16", "amax-before", "rowwise")
+ALGEBRAIC = ("entry-flipped", "no-quarter", "quarter-ulp", "column-swapped")
 
 
 def hadamard16() -> np.ndarray:
@@ -35,8 +40,9 @@ class Rht:
     rht_profile = "exact"
     rht_axis = "columnwise"
 
-    def __init__(self, mask: int = TE_MASK, fault: str | None = None):
+    def __init__(self, mask: int = TE_MASK, fault: str | None = None, padding: str = "refuse"):
         self.rht_sign_mask = mask
+        self.rht_padding = padding
         self.fault = fault
         self.name = "rht" + (f"-{fault}" if fault else "")
 
@@ -48,7 +54,16 @@ class Rht:
         source = (x if self.fault == "rowwise" else x.T).astype(np.float64)
         mask = {"signs": self.rht_sign_mask ^ 1, "plain": 0}.get(self.fault, self.rht_sign_mask)
         signs = np.array([-1.0 if (mask >> i) & 1 else 1.0 for i in range(16)])
-        t = signs[:, None] * hadamard16() / 4
+        quarter = {"no-quarter": 1.0, "quarter-ulp": 0.25 * (1 + 2.0 ** -23)}.get(self.fault,
+                                                                                 0.25)
+        t = signs[:, None] * hadamard16() * quarter
+        if self.fault == "entry-flipped":  # one entry with the wrong sign: not orthogonal
+            t[3, 9] = -t[3, 9]
+        if self.fault == "column-swapped":  # columns 0 and 5 exchanged: orthogonal
+            t[:, [0, 5]] = t[:, [5, 0]]
+        if self.rht_padding == "zeros":  # fault "pads-clamped": the last token copied
+            mode = "edge" if self.fault == "pads-clamped" else "constant"
+            source = np.pad(source, ((0, 0), (0, -source.shape[1] % 16)), mode=mode)
         rows, n = source.shape
         y = (source.reshape(rows, n // 16, 16) @ t).reshape(rows, n)
         y = y.astype(np.float32) if self.fault == "no-bf16" else y.astype(ml_dtypes.bfloat16)

@@ -153,7 +153,7 @@ SPEC_CONTENTS = {
 # transform (section 12), 2D block scaling (section 13)
 SPEC_CONTENTS["1.6"] = {
     "clauses": SPEC_CONTENTS["1.5"]["clauses"] | {f"NVFP4-SR-{k}" for k in range(1, 7)}
-    | {f"NVFP4-RHT-{k}" for k in range(1, 4)} | {"NVFP4-2D-1", "NVFP4-2D-2"},
+    | {f"NVFP4-RHT-{k}" for k in range(1, 5)} | {"NVFP4-2D-1", "NVFP4-2D-2"},
     "allowances": SPEC_CONTENTS["1.5"]["allowances"]}
 
 

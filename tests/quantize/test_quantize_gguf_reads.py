@@ -6,6 +6,7 @@ progress bar of the reading (transformers' GGUF loading drew one whatever ``--qu
 from __future__ import annotations
 
 import builtins
+import os
 from pathlib import Path
 
 import pytest
@@ -30,18 +31,24 @@ def model_file(tmp_path_factory) -> Path:
 def test_the_gguf_model_is_read_once_and_quiet_means_no_bar(model_file, tmp_path, monkeypatch,
                                                             capsys):
     opens, readers = [], []
-    real_open, real_reader = builtins.open, gguf.GGUFReader.__init__
+    real_open, real_os_open, real_reader = builtins.open, os.open, gguf.GGUFReader.__init__
 
     def counting_open(file, *args, **kwargs):
         if isinstance(file, (str, Path)) and Path(file).resolve() == model_file:
             opens.append(file)
         return real_open(file, *args, **kwargs)
 
+    def counting_os_open(file, *args, **kwargs):  # the reader opens regular files only, so
+        if isinstance(file, (str, Path)) and Path(file).resolve() == model_file:  # by os.open
+            opens.append(file)
+        return real_os_open(file, *args, **kwargs)
+
     def counting_reader(self, path, *args, **kwargs):
         if Path(path).resolve() == model_file:
             readers.append(path)
         return real_reader(self, path, *args, **kwargs)
     monkeypatch.setattr(builtins, "open", counting_open)
+    monkeypatch.setattr(os, "open", counting_os_open)
     monkeypatch.setattr(gguf.GGUFReader, "__init__", counting_reader)
     GGUFModel._opened.clear()  # a fresh command: nothing of this file kept from another test
     code = main(["quantize", str(model_file), "--out", str(tmp_path / "q.gguf"), "--method",

@@ -1,6 +1,7 @@
 """The quantization report's errors against RTN read from the group objectives
 (``rounding_quality``): the same figures as decoding both results (``layer_quality``), exact
-against a ``fractions.Fraction`` evaluation on a small layer, and the same on every backend."""
+against a ``fractions.Fraction`` evaluation on a small layer, and the same on every backend;
+the objectives the search hands back (``quantize(objectives=True)``) are the rescoring's."""
 
 from __future__ import annotations
 
@@ -82,3 +83,58 @@ def test_every_backend_gives_the_same_figures_bit_for_bit(monkeypatch):
         backend = TorchBackend("cpu", chunk_groups=512, compile=compile_)
         assert rounding_quality(weight, result, h, backend.layer_quantizer(weight.size // 16)) \
             == expected, compile_
+
+
+# -- the objectives the search hands back (quantize(objectives=True)) ---------------------------
+
+@pytest.mark.parametrize("backend_name", ["numpy", "torch"])
+@pytest.mark.parametrize("method", ["rtn", "scale-only", "hscale", "hscale-block"])
+def test_the_searchs_objectives_are_the_rescorings_on_hard_groups(method, backend_name):
+    """Each group's objective at its chosen and initial byte as the search hands it back (the
+    reference's numpy path; the torch backend's eager kernels; the fused walk in
+    tests/backends/test_fused_walk.py) equals the old route's rescoring of the result's bytes
+    (``score_objectives``: the reference's steps at the two bytes), bit for bit, on the hard
+    layer (ties, both ends of the ladder, subnormal scales, zero groups, h with zeros); the
+    report's figures from them are the old ones, as floats; asking changes no byte; without
+    an h only the squared errors come back."""
+    from helpers.backend_checks import S_G, assert_identical, assert_objectives_identical, \
+        hard_layer
+
+    from hscale.evaluation.quality import score_objectives
+    run = quantize
+    if backend_name == "torch":
+        pytest.importorskip("torch")
+        from hscale.backends.torch_backend import TorchBackend
+        run = TorchBackend("cpu", chunk_groups=24, compile=False).quantize  # blocks of 3 rows
+    weight, h, blocks = hard_layer()
+    second = blocks if method == "hscale-block" else h
+    plain = run(weight, second, method=method, global_scale=S_G)
+    scored = run(weight, second, method=method, global_scale=S_G, objectives=True,
+                 objectives_h=h)
+    assert_identical(plain, scored, method)
+    assert plain.objectives is None
+    expected = score_objectives(weight, plain, h)
+    assert_objectives_identical(expected, scored.objectives, f"{backend_name} {method}")
+    assert rounding_quality(weight, scored, h) == rounding_quality(weight, plain, h)
+    squared = run(weight, second, method=method, global_scale=S_G, objectives=True).objectives
+    assert squared.weighted is None and np.array_equal(squared.squared, expected.squared)
+    other = h[::-1].copy()  # an h the search did not rank by: computed, not the search's
+    assert_objectives_identical(score_objectives(weight, plain, other), run(
+        weight, second, method=method, global_scale=S_G, objectives=True,
+        objectives_h=other).objectives, f"{backend_name} {method}, another h")
+
+
+@pytest.mark.parametrize("backend_name", ["numpy", "torch"])
+def test_an_objective_request_checks_its_h_as_the_hessian_diagonal_is_checked(backend_name):
+    run = quantize
+    if backend_name == "torch":
+        pytest.importorskip("torch")
+        from hscale.backends.torch_backend import TorchBackend
+        run = TorchBackend("cpu", compile=False).quantize
+    weight, h, _ = _layer(rows=12, cols=32)
+    with pytest.raises(ValueError, match=r"objectives_h: shape \(16,\).*NVFP4-IN-2"):
+        run(weight, h, objectives=True, objectives_h=h[:16])
+    bad = h.copy()
+    bad[3] = -1.0
+    with pytest.raises(ValueError, match=r"objectives_h\[3\] = -1.0: must be non-negative"):
+        run(weight, h, objectives=True, objectives_h=bad)

@@ -398,11 +398,13 @@ def _stochastic() -> list[Mutant]:
 def _rht() -> list[Mutant]:
     out = []
 
-    def add(clause, fault, grade, size, family, mask=TE_MASK, breaks=True, why=""):
-        ident = f"r-{fault}-{grade}-{mask:04x}-bf16".replace("_", "-")
+    def add(clause, fault, grade, size, family, mask=TE_MASK, breaks=True, why="",
+            padding="refuse"):
+        ident = f"r-{fault}-{grade}-{mask:04x}-bf16" + ("-padded" if padding != "refuse" else "")
+        ident = ident.replace("_", "-")
         out.append(Mutant(ident, "rht", clause, family, grade, size, "bfloat16",
-                          lambda i=ident, f=fault, g=grade, m=mask: RhtKernel(i, f, g, m),
-                          (), breaks, why))
+                          lambda i=ident, f=fault, g=grade, m=mask, p=padding:
+                          RhtKernel(i, f, g, m, p), (), breaks, why))
 
     for mask in (TE_MASK, 0x0000, 0x1234):
         add("NVFP4-RHT-1", None, 0, "none", "the transform under the declared mask", mask,
@@ -421,6 +423,22 @@ def _rht() -> list[Mutant]:
                         ("rowwise", "the rows transformed, the column-wise copy declared"),
                         ("sequency-order", "H16's rows in sequency (Walsh) order")):
         add("NVFP4-RHT-1", fault, 0, "every block", what)
+    add("NVFP4-RHT-1", None, 0, "none", "the transform, token counts padded with zeros to a "
+        "multiple of 16", breaks=False, why="rht_padding = zeros, declared: it must conform",
+        padding="zeros")
+    add("NVFP4-RHT-1", "pads-clamped", 0, "every short axis", "a token count not a multiple "
+        "of 16 padded with copies of the last token (a clamped load), zeros declared",
+        padding="zeros")
+    add("NVFP4-RHT-1", "pads-silently", 0, "every short axis", "a token count not a multiple "
+        "of 16 padded with zeros, rht_padding = refuse declared")
+    # NVFP4-RHT-4: transforms that are not orthogonal, smallest first (one entry of the matrix
+    # with the wrong sign, in column 0 or 9; the 1/4 left out). Orthogonal departures (a sign
+    # of the vector, two columns exchanged, sequency order) keep the GEMM by design: they are
+    # NVFP4-RHT-1's mutants above and the algebraic check admits them (tests/judge).
+    for column in (0, 9):
+        add("NVFP4-RHT-4", "entry-flipped", column, f"entry (3, {column})", "one entry of the "
+            "matrix with the wrong sign: not orthogonal")
+    add("NVFP4-RHT-4", "no-quarter", 0, "every entry", "the 1/4 left out: T T^T = 16 I")
     add("NVFP4-RHT-3", "amax-before", 0, "the global scale", "the global amax taken before the "
         "transform")
     add("NVFP4-RHT-3", "amax-unrounded", 0, "the global scale", "the global amax of the fp32 "

@@ -30,8 +30,21 @@ def hadamard16() -> np.ndarray:
 
 
 def transform(blocks: np.ndarray, mask: int) -> np.ndarray:
+    return blocks @ matrix(mask)
+
+
+def matrix(mask: int, fault=None, grade=0) -> np.ndarray:
+    """``diag(s) H16 / 4``, or its faults of NVFP4-RHT-4: ``entry-flipped`` (entry (3, grade)
+    with the wrong sign: not orthogonal), ``no-quarter`` (the 1/4 left out), ``quarter-ulp``
+    (1/4 one fp32 ulp high), ``column-swapped`` (columns 0 and grade exchanged: orthogonal)."""
     signs = np.array([-1.0 if (mask >> i) & 1 else 1.0 for i in range(16)])
-    return blocks @ (signs[:, None] * hadamard16() / 4)
+    quarter = {"no-quarter": 1.0, "quarter-ulp": 0.25 * (1 + 2.0 ** -23)}.get(fault, 0.25)
+    m = signs[:, None] * hadamard16() * quarter
+    if fault == "entry-flipped":
+        m[3, grade] = -m[3, grade]
+    if fault == "column-swapped":
+        m[:, [0, grade]] = m[:, [grade, 0]]
+    return m
 
 
 class RhtKernel:
@@ -40,9 +53,10 @@ class RhtKernel:
     rht_profile = "exact"
     rht_axis = "columnwise"
 
-    def __init__(self, name="mutant-rht", fault=None, grade=1, mask=TE_MASK):
+    def __init__(self, name="mutant-rht", fault=None, grade=1, mask=TE_MASK, padding="refuse"):
         self.name, self.fault, self.grade = name, fault, grade
         self.rht_sign_mask = mask
+        self.rht_padding = padding  # "zeros": pads the tokens to a multiple of 16
 
     def available(self):
         return True, ""
@@ -50,6 +64,11 @@ class RhtKernel:
     def quantize_rht(self, x):
         x = np.asarray(x)
         source = (x if self.fault == "rowwise" else x.T).astype(np.float64)
+        if self.rht_padding == "zeros" or self.fault == "pads-silently":  # declared refuse
+            mode = "edge" if self.fault == "pads-clamped" else "constant"  # the last token
+            source = np.pad(source, ((0, 0), (0, -source.shape[1] % 16)), mode=mode)
+        elif source.shape[1] % 16:
+            raise ValueError(f"x: {source.shape[1]} tokens, not a multiple of 16")
         rows, n = source.shape
         blocks = source.reshape(rows, n // 16, 16)
         mask = self.rht_sign_mask
@@ -57,7 +76,7 @@ class RhtKernel:
             mask ^= 1 << self.grade
         elif self.fault == "plain":  # no sign vector, declared TE's
             mask = 0
-        exact = transform(blocks, mask)
+        exact = blocks @ matrix(mask, self.fault, self.grade)
         if self.fault == "signs-on-some-blocks":  # the mask's sign 0 lost on 1 in k blocks
             exact = np.where(chosen(exact.shape[:2], self.grade)[:, :, None],
                              transform(blocks, mask ^ 1), exact)
