@@ -173,8 +173,8 @@ class CompiledWalk:
 
     def __call__(self, run, block, may_compile: bool):
         """The fused outputs of ``run``'s block ``(packed (8, C, R), chosen, initial (C, R),
-        scored (4, C, R))``, or None where the caller must run the eager pipeline. Only a caller with ``may_compile``
-        (the main thread) builds a library and checks a new block shape."""
+        scored (4, C, R))``, or None where the caller must run the eager pipeline. Only a caller
+        with ``may_compile`` (the main thread) builds a library and checks a new block shape."""
         if self.path.disabled:
             return None
         args = run.walk_args(block)

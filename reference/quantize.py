@@ -32,11 +32,10 @@ import numpy as np
 from . import validation
 from .dequantize import dequantize, effective_scale
 from .e2m1 import encode_e2m1
-from .constants import (DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U, GROUP_SIZE,
-                        LADDER_FIRST_BYTE, LADDER_LAST_BYTE)
+from .constants import (DEFAULT_K, DEFAULT_SCALE_CEILING, DEFAULT_U, FIRST_NORMAL_BYTE,
+                        GROUP_SIZE, LADDER_FIRST_BYTE, LADDER_LAST_BYTE)
 from .global_scale import compute_global_scale
 from .initial_scale import FOUR_OVER_SIX_TOPS, TOP_MAGNITUDE, four_over_six_choice, range_fitting_byte
-from .constants import FIRST_NORMAL_BYTE
 from .objective import UNIT_WEIGHTS, block_error, weighted_error
 from .packing import pack_codes, swizzle_scale_bytes
 from .search import first_minimum, priority_order, reported_delta

@@ -121,6 +121,15 @@ def certificate_of(runs, run_name, backend_id):
     return run, report
 
 
+def conforming_certificate(runs, run_name, backend_id):
+    """``certificate_of``, failing with the certificate's summary and the run's output unless
+    it says the backend conforms and the run exited 0."""
+    run, report = certificate_of(runs, run_name, backend_id)
+    assert report["verdict"] == "conforms" and run.returncode == 0, (
+        f"{summary(report)}\n{run.output[-4000:]}")
+    return run, report
+
+
 # ------------------------------------------------------------------------------------------
 # Every run of the self-tests, started together (longest first) by one session fixture
 # ------------------------------------------------------------------------------------------
