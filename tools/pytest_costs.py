@@ -10,8 +10,10 @@ call and teardown, so that the suite's tiers can be planned on a machine other w
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -19,12 +21,41 @@ from pathlib import Path
 import pytest
 
 _COSTS: dict = defaultdict(lambda: {"cpu": 0.0, "wall": 0.0})
+#: CPU seconds of the children that threads other than the main one waited for (the
+#: self-tests' runs built in the background, tests/helpers/shared.py): not the running test's
+_BACKGROUND = [0.0]
+
+
+def _children_cpu() -> float:
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return kids.ru_utime + kids.ru_stime
 
 
 def _cpu() -> float:
+    """This process's CPU seconds and its waited-for children's, less the children a
+    background thread waited for."""
     own = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    return own.ru_utime + own.ru_stime + _children_cpu() - _BACKGROUND[0]
+
+
+def _waitpid_noting_background_children(waitpid):
+    """``os.waitpid`` that adds what a child reaped by a thread other than the main one cost to
+    ``_BACKGROUND`` (subprocess waits through ``os.waitpid``; two reaps at the same instant in
+    two threads would blur, which costs a test at most one child's CPU)."""
+    def wrapped(pid, options):
+        if threading.current_thread() is threading.main_thread():
+            return waitpid(pid, options)
+        before = _children_cpu()
+        try:
+            return waitpid(pid, options)
+        finally:
+            _BACKGROUND[0] += _children_cpu() - before
+    return wrapped
+
+
+def pytest_configure(config):
+    if config.getoption("--test-costs", None):
+        os.waitpid = _waitpid_noting_background_children(os.waitpid)
 
 
 def pytest_addoption(parser):
@@ -48,18 +79,20 @@ def pytest_sessionfinish(session):
     if path and worker:  # under xdist: one file per worker, PATH-gw0.json ...
         path = str(Path(path).with_name(f"{Path(path).stem}-{worker}{Path(path).suffix}"))
     if path:
-        Path(path).write_text(json.dumps({"session_cpu": _cpu(), "tests": dict(_COSTS)},
-                                         indent=0))
+        Path(path).write_text(json.dumps({"session_cpu": _cpu() + _BACKGROUND[0],
+                                          "background_cpu": _BACKGROUND[0],
+                                          "tests": dict(_COSTS)}, indent=0))
 
 
 def report(path: str, top: int = 40) -> None:
     """The costs in ``path`` and in every per-worker file beside it (``PATH-gw*.json``); under
     xdist the controller's own file holds no tests and the session's whole CPU time."""
     workers = sorted(Path(path).parent.glob(f"{Path(path).stem}-gw*{Path(path).suffix}"))
-    data = {"session_cpu": 0.0, "tests": {}}
+    data = {"session_cpu": 0.0, "background_cpu": 0.0, "tests": {}}
     for file in workers:
         part = json.loads(file.read_text())
         data["session_cpu"] += part["session_cpu"]
+        data["background_cpu"] += part.get("background_cpu", 0.0)
         data["tests"].update(part["tests"])
     if Path(path).exists():  # a serial run's file, or an xdist controller's: its children
         part = json.loads(Path(path).read_text())  # are the workers, so its CPU is the total
@@ -70,8 +103,9 @@ def report(path: str, top: int = 40) -> None:
     for nodeid, entry in tests.items():
         by_file[nodeid.split("::")[0]] += entry["cpu"]
     total = sum(e["cpu"] for e in tests.values())
-    print(f"{len(tests)} tests, {total:.0f} CPU s in tests, {data['session_cpu']:.0f} CPU s in "
-          "the session (collection and imports included)")
+    print(f"{len(tests)} tests, {total:.0f} CPU s in tests, {data['background_cpu']:.0f} CPU s "
+          f"in background builds' children, {data['session_cpu']:.0f} CPU s in the session "
+          "(collection and imports included)")
     for name, cpu in sorted(by_file.items(), key=lambda kv: -kv[1])[:top]:
         print(f"{cpu:8.1f}  {name}")
     print()
