@@ -192,6 +192,19 @@ def pytest_configure(config):
     processes their tests start) unless the run asks for it (``HSCALE_TORCH_COMPILE`` already
     set): on a cold cache each of its libraries takes one to three minutes of CPU to compile,
     which the default path would spend in whichever test first quantizes a layer of >= 64
-    groups. tests/backends/test_fused_walk.py turns it back on for its own tests."""
+    groups. tests/backends/test_fused_walk.py turns it back on for its own tests.
+
+    Under pytest-xdist, one torch thread per worker (and per process a worker starts) unless
+    ``OMP_NUM_THREADS`` says otherwise: the workers are as many as the cores already, and
+    torch's intra-op threads (one per core in every worker) contend and spin while they wait,
+    about a quarter more CPU for the same tests (conformance/test_hypothesis.py on two
+    workers: 77 CPU s against 105). The tests of the torch backend's worker threads set their
+    own count (tests/backends/test_backends_tensor.py, test_fused_walk.py)."""
     import os
     os.environ.setdefault("HSCALE_TORCH_COMPILE", "0")
+    if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = "1"
+        import importlib.util
+        if importlib.util.find_spec("torch") is not None:
+            import torch
+            torch.set_num_threads(1)

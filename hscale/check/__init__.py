@@ -75,7 +75,9 @@ def check_checkpoint(checkpoint, original=None, hessian=None, backend="auto",
         report.original = str(original)
         return report
     started = time.perf_counter()
-    fast = get(resolve_backend(backend)) if backend else None
+    # the backend re-derives layers from the original, so it is loaded (and torch imported,
+    # seconds) only when there is one
+    fast = get(resolve_backend(backend)) if backend and original is not None else None
     checkpoint = Path(checkpoint)
     kept = kept_h_path(checkpoint)
     if hessian is None and original is not None and kept.is_file():

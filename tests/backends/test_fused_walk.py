@@ -205,7 +205,12 @@ def test_compiled_walk_on_device_and_row_blocks(fused, monkeypatch):
     backend = TorchBackend("cpu", compile=True)
     backend.fused = fused.fused  # the session's compiled functions
     assert backend.layer_quantizer(w.size // 16).use_compile
-    got = to_host(backend.quantize_on_device(torch.from_numpy(w), h, codes=True))
+    saved = torch.get_num_threads()
+    torch.set_num_threads(3)  # three worker threads, whatever the session's count
+    try:
+        got = to_host(backend.quantize_on_device(torch.from_numpy(w), h, codes=True))
+    finally:
+        torch.set_num_threads(saved)
     assert_identical(expected, got, "on device")
     assert any(key[3:5] == (7, 8) for key in fused.fused.walk.verified)
 

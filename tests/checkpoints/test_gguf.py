@@ -8,8 +8,6 @@ as a loop over heads."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import ml_dtypes
@@ -28,7 +26,6 @@ from hscale.checkpoints.to_gguf import convert_to_gguf  # noqa: E402
 from hscale.reference.gguf_blocks import from_gguf_blocks, to_gguf_blocks  # noqa: E402
 
 NVFP4 = gguf.GGMLQuantizationType.NVFP4
-HSCALE = [sys.executable, "-m", "hscale.cli"]
 SUFFIXES = {"compressed-tensors": (".weight_packed", ".weight_scale", ".weight_global_scale"),
             "modelopt": (".weight", ".weight_scale", ".weight_scale_2")}
 
@@ -242,11 +239,11 @@ def test_the_command_line_says_one_line_and_exits_2(checkpoints, tmp_path):
         lines = [line for line in result.stderr.splitlines() if line.strip()]
         assert result.returncode == 2 and len(lines) == 1 and text in lines[0], (name, result.stderr)
     assert target.read_bytes() == b"old" and link.is_symlink()
-    result = subprocess.run(HSCALE + ["convert", source, target, "--to", "gguf", "--force"],
-                            capture_output=True, text=True, timeout=120)
+    # in this process too: convert and check keep their fresh-process tests
+    # (tests/checkpoints/test_convert.py, test_check.py)
+    result = hscale_here(["convert", source, target, "--to", "gguf", "--force"])
     assert result.returncode == 0 and "14 quantized Linears" in result.stdout, result.stderr
-    result = subprocess.run(HSCALE + ["check", target], capture_output=True, text=True,
-                            timeout=120)
+    result = hscale_here(["check", target])
     assert result.returncode == 0 and "gguf NVFP4, 14 quantized Linears" in result.stdout
     for cut in (5000, target.stat().st_size - 100000):  # in the metadata, in the tensors
         truncated = tmp_path / f"cut-{cut}.gguf"

@@ -48,10 +48,10 @@ class Run:
         return self.stderr
 
 
-def _stream() -> io.TextIOWrapper:
-    """A text stream over bytes, as sys.stdout is: writers of binary output reach ``.buffer``."""
-    return io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="backslashreplace",
-                            write_through=True)
+def _stream(errors: str = "backslashreplace") -> io.TextIOWrapper:
+    """A text stream over bytes, as sys.stdout is: writers of binary output reach ``.buffer``;
+    ``errors="strict"`` is the stream ``PYTHONIOENCODING=utf-8:strict`` gives a process."""
+    return io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors=errors, write_through=True)
 
 
 def _text(stream: io.TextIOWrapper) -> str:
@@ -59,10 +59,12 @@ def _text(stream: io.TextIOWrapper) -> str:
     return stream.buffer.getvalue().decode("utf-8", "backslashreplace")
 
 
-def hscale_here(arguments, cwd=None, timeout: int = TIMEOUT_S) -> Run:
-    """``hscale ARGUMENTS`` in this process, from ``cwd`` (restored after)."""
+def hscale_here(arguments, cwd=None, timeout: int = TIMEOUT_S,
+                stream_errors: str = "backslashreplace") -> Run:
+    """``hscale ARGUMENTS`` in this process, from ``cwd`` (restored after); its standard
+    streams UTF-8 with ``stream_errors`` (``"strict"``: as under ``PYTHONIOENCODING=utf-8:strict``)."""
     from hscale.cli import main
-    out, err = _stream(), _stream()
+    out, err = _stream(stream_errors), _stream(stream_errors)
 
     def alarm(*_):
         raise TimeoutError(f"no answer in {timeout} s")
