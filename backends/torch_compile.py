@@ -97,10 +97,10 @@ def _users_inductor_dir() -> bool:
 
 def compile_settings(device_type: str = "cpu") -> dict:
     """Inductor settings for exact kernels. CPU: no floating-point contraction, no unsafe math,
-    single-threaded kernels (the caller runs blocks on worker threads), no precompiled header. CUDA: Triton told not to
-    fuse a multiply and an add (``emulate_precision_casts`` turns off its ``enable_fp_fusion``)
-    and, where this torch has the switch, not to flush float32 subnormals (the float32 weights
-    are widened in the kernel). Both: no bounds checks on the table lookups (every index is
+    single-threaded kernels (the caller runs blocks on worker threads), no precompiled header.
+    CUDA: Triton told not to fuse a multiply and an add (``emulate_precision_casts`` turns off
+    its ``enable_fp_fusion``) and, where this torch has the switch, not to flush float32
+    subnormals (the float32 weights are widened in the kernel). Both: no bounds checks on the table lookups (every index is
     clamped to the ladder in the graph itself)."""
     settings = {"assert_indirect_indexing": False}
     if device_type == "cuda":
@@ -109,8 +109,9 @@ def compile_settings(device_type: str = "cpu") -> dict:
         if hasattr(getattr(config, "eager_numerics", None), "disable_ftz"):
             settings["eager_numerics.disable_ftz"] = True
     else:
-        # no precompiled header: a library is built once per machine, and making the header
-        # (about 11 CPU s on a cold machine) costs more than it saves the two compiles after it
+        # no precompiled header: a library is built once per machine, and making the two
+        # headers (about 11 CPU s on a cold machine) costs more than they save the compiles
+        # after them: 78 against 61 CPU s for a library (tools/aot_build_cost.py)
         settings.update({"cpp.enable_floating_point_contract_flag": "off",
                          "cpp.enable_unsafe_math_opt_flag": False, "cpp.threads": 1,
                          "aot_inductor.precompile_headers": False})

@@ -62,7 +62,8 @@ def _text(stream: io.TextIOWrapper) -> str:
 def hscale_here(arguments, cwd=None, timeout: int = TIMEOUT_S,
                 stream_errors: str = "backslashreplace") -> Run:
     """``hscale ARGUMENTS`` in this process, from ``cwd`` (restored after); its standard
-    streams UTF-8 with ``stream_errors`` (``"strict"``: as under ``PYTHONIOENCODING=utf-8:strict``)."""
+    streams UTF-8 with ``stream_errors`` (``"strict"``: as ``PYTHONIOENCODING=utf-8:strict``
+    makes a process's)."""
     from hscale.cli import main
     out, err = _stream(stream_errors), _stream(stream_errors)
 
