@@ -95,13 +95,19 @@ def _users_inductor_dir() -> bool:
     return os.path.abspath(value) != os.path.abspath(default_cache_dir())
 
 
+def package_path(variant, settings: dict) -> Path:
+    """The package (.pt2) of ``variant`` built with ``settings`` in the kit's cache; its library
+    is the same path with the suffix .so."""
+    return fused_cache_dir() / (torch_aot.package_name(variant, settings) + ".pt2")
+
+
 def compile_settings(device_type: str = "cpu") -> dict:
     """Inductor settings for exact kernels. CPU: no floating-point contraction, no unsafe math,
     single-threaded kernels (the caller runs blocks on worker threads), no precompiled header.
     CUDA: Triton told not to fuse a multiply and an add (``emulate_precision_casts`` turns off
     its ``enable_fp_fusion``) and, where this torch has the switch, not to flush float32
-    subnormals (the float32 weights are widened in the kernel). Both: no bounds checks on the table lookups (every index is
-    clamped to the ladder in the graph itself)."""
+    subnormals (the float32 weights are widened in the kernel). Both: no bounds checks on the
+    table lookups (every index is clamped to the ladder in the graph itself)."""
     settings = {"assert_indirect_indexing": False}
     if device_type == "cuda":
         from torch._inductor import config
@@ -160,7 +166,7 @@ class CompiledWalk:
         if fn is None:
             settings = compile_settings(variant[2])
             workers = torch.get_num_threads() if variant[2] == "cpu" else 1
-            package = fused_cache_dir() / (torch_aot.package_name(variant, settings) + ".pt2")
+            package = package_path(variant, settings)
             fn = None
             if package.exists() and package.with_suffix(".so").exists():
                 try:

@@ -29,8 +29,7 @@ def main(argv: list[str]) -> None:
         for assignment in argv:
             key, value = assignment.split("=", 1)
             settings[key] = ast.literal_eval(value)
-        package = torch_compile.fused_cache_dir() / (torch_aot.package_name(variant, settings)
-                                                      + ".pt2")
+        package = torch_compile.package_path(variant, settings)
         start, before = time.perf_counter(), os.times()
         torch_aot.build(torch, variant, settings, package)
         after = os.times()

@@ -342,8 +342,8 @@ def test_a_library_that_does_not_load_is_built_again(monkeypatch, tmp_path, capf
     from hscale.backends import torch_aot
     monkeypatch.setenv("HSCALE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(torch_compile, "_WARNED", set())
-    package = torch_compile.fused_cache_dir() / (torch_aot.package_name(
-        (False, False, "cpu"), torch_compile.compile_settings("cpu")) + ".pt2")
+    package = torch_compile.package_path((False, False, "cpu"),
+                                         torch_compile.compile_settings("cpu"))
     package.parent.mkdir(parents=True)
     package.write_bytes(b"PK\x03\x04 truncated")
     package.with_suffix(".so").write_bytes(b"\x7fELF truncated")
