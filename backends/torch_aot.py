@@ -98,13 +98,15 @@ def export(torch, variant):
 
 
 @contextlib.contextmanager
-def _inductor_scratch(directory: Path):
+def _inductor_scratch(directory: Path, clear: bool = True):
     """``TORCHINDUCTOR_CACHE_DIR`` pointed at ``directory`` for the calls inside (inductor
-    memoises paths under it: cleared on the way in and out), restored after."""
+    memoises paths under it: cleared on the way in and out where ``clear``; a directory that
+    stays the same in a process need not be), restored after."""
     from torch._inductor.utils import clear_caches
     saved = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(directory)
-    clear_caches()
+    if clear:
+        clear_caches()
     try:
         yield
     finally:
@@ -112,7 +114,8 @@ def _inductor_scratch(directory: Path):
             os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
         else:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved
-        clear_caches()
+        if clear:
+            clear_caches()
 
 
 @contextlib.contextmanager
@@ -144,13 +147,28 @@ def example_args(torch, block_objective: bool, device):
             torch.ones(2, **f64))
 
 
-def load(torch, package: Path, device: str, models: int):
-    """A callable ``fn(w, h, scales, recips, deltas, tops) -> outputs`` running the library."""
-    if device == "cpu":
-        return LibraryRunner(torch, package.with_suffix(".so"), models)
-    from torch._inductor.package import load_package
-    runner = load_package(str(package))
-    return lambda *args: runner(*args)
+def load(torch, package: Path, models: int):
+    """A callable ``fn(w, h, scales, recips, deltas, tops) -> outputs`` running the CPU
+    library."""
+    return LibraryRunner(torch, package.with_suffix(".so"), models)
+
+
+def jit(torch, variant, settings: dict, cache: Path):
+    """The walk of ``variant`` compiled by ``torch.compile`` (CUDA), a callable like ``load``'s:
+    the first call compiles (inductor's caches in ``cache``), a new size may compile again."""
+    block_objective, four_over_six, _ = variant
+
+    def walk(w, h, scales, recips, deltas, tops):
+        return torch_walk.walk(w, h, scales, recips, deltas, tops, block_objective,
+                               four_over_six)
+
+    compiled = torch.compile(walk, dynamic=True, fullgraph=True)
+
+    def run(*args):
+        # inductor reads its settings and its cache directory when it compiles, on any call
+        with torch._inductor.config.patch(dict(settings)), _inductor_scratch(cache, clear=False):
+            return compiled(*args)
+    return run
 
 
 class LibraryRunner:

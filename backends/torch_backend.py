@@ -86,10 +86,10 @@ class TorchBackend:
         self.name = "torch-cuda" if self.device_kind == "cuda" else "torch"
         self.chunk_groups = chunk_groups or (CUDA_CHUNK_GROUPS if self.device_kind == "cuda"
                                              else CPU_CHUNK_GROUPS)
-        # None: the fused walk for large layers on the CPU; False: never; True: any layer
-        # (on CUDA only when asked for: inductor's Triton kernels, checked as on the CPU).
-        self.fused = FusedPath(compile if self.device_kind == "cpu" else bool(compile),
-                               self.device_kind)
+        # None: the fused walk for large layers on the CPU, on CUDA only where
+        # HSCALE_TORCH_COMPILE=1 asks for it; False: never; True: any layer (on CUDA:
+        # inductor's Triton kernels, checked as on the CPU).
+        self.fused = FusedPath(compile, self.device_kind)
 
     @property
     def version(self) -> str:

@@ -1,6 +1,7 @@
 """The fused path of the torch backends: the fused walk (``torch_walk.walk``: one graph per
-block) compiled ahead of time by AOTInductor (``torch_aot``: inductor's C++ on the CPU, Triton
-on CUDA), kept on disk, trusted only after checking it against the eager pipeline.
+block) compiled by inductor (``torch_aot``: ahead of time into a C++ library kept on disk on the
+CPU, by ``torch.compile`` into Triton kernels in the process on CUDA), trusted only after
+checking it against the eager pipeline.
 
 Exactness. Inductor is told not to contract floating point (``-ffp-contract=off``, no unsafe
 math); its vectorised C++ applies one IEEE operation per torch op (``at::vec`` operators), which
@@ -33,9 +34,9 @@ a later process loads the library in about a millisecond. Inductor compiles in a
 directory removed after; a library that fails to load is built again.
 
 Policy (``FusedPath``): the fused walk runs on the CPU for layers of at least
-``COMPILE_MIN_GROUPS`` groups, on CUDA only when asked for (``compile=True``; untested on a GPU
-in this form); ``compile=False`` or ``HSCALE_TORCH_COMPILE=0`` turns it off, ``=1`` forces it
-for any layer. All the state (what was built, what was verified, why the path is off) belongs
+``COMPILE_MIN_GROUPS`` groups, on CUDA only when asked for (``compile=True`` or
+``HSCALE_TORCH_COMPILE=1``); ``compile=False`` or ``HSCALE_TORCH_COMPILE=0`` turns it off,
+``=1`` forces it for any layer. All the state (what was built, what was verified, why the path is off) belongs
 to one ``FusedPath``, owned by one ``TorchBackend``: nothing here is process-global but the
 warning's once-per-reason memory.
 """
@@ -132,12 +133,17 @@ def say_once(reason: str) -> None:
                       RuntimeWarning, stacklevel=4)
 
 
-def say_building(package: Path) -> None:
-    """One line on stderr before a library is built: the first run on a machine spends a minute
-    or more here with its progress bar standing still, and should say why."""
-    line = (f"hscale torch backend: compiling the fused walk for this machine "
-            f"({package.stem.rsplit('-', 1)[0]}; once per torch version, one to three minutes "
-            f"of CPU; later runs load it from {package.parent})")
+def say_building(package: Path | None) -> None:
+    """One line on stderr before a library is built (``package``; None: the CUDA walk compiled
+    in the process): the first run on a machine spends a minute or more here with its progress
+    bar standing still, and should say why."""
+    if package is None:
+        line = ("hscale torch backend: compiling the fused walk's CUDA kernels in this process "
+                f"(tens of seconds; inductor's caches in {fused_cache_dir() / 'jit'})")
+    else:
+        line = (f"hscale torch backend: compiling the fused walk for this machine "
+                f"({package.stem.rsplit('-', 1)[0]}; once per torch version, one to three "
+                f"minutes of CPU; later runs load it from {package.parent})")
     try:  # a progress bar may be drawn on stderr: tqdm puts the line above it
         from tqdm import tqdm
     except ImportError:
@@ -160,25 +166,30 @@ class CompiledWalk:
         self.failed = {}  # block keys sent to the eager pipeline, with why
 
     def function(self, torch, variant):
-        """The callable library of ``variant`` (block objective, 4over6, device): loaded from
-        the cache directory, or built there first."""
+        """The callable walk of ``variant`` (block objective, 4over6, device): on the CPU the
+        library loaded from the cache directory, or built there first; on CUDA compiled in this
+        process (``torch_aot.jit``)."""
         fn = self.functions.get(variant)
-        if fn is None:
+        if fn is None and variant[2] != "cpu":
+            say_building(None)
+            fn = torch_aot.jit(torch, variant, compile_settings(variant[2]),
+                               fused_cache_dir() / "jit")
+            self.built.add(variant)
+        elif fn is None:
             settings = compile_settings(variant[2])
-            workers = torch.get_num_threads() if variant[2] == "cpu" else 1
+            workers = torch.get_num_threads()
             package = package_path(variant, settings)
-            fn = None
             if package.exists() and package.with_suffix(".so").exists():
                 try:
-                    fn = torch_aot.load(torch, package, variant[2], workers)
+                    fn = torch_aot.load(torch, package, workers)
                 except OSError:  # a damaged file: built afresh below
                     package.with_suffix(".so").unlink(missing_ok=True)
             if fn is None:
                 say_building(package)
                 if torch_aot.build(torch, variant, settings, package):
                     self.built.add(variant)
-                fn = torch_aot.load(torch, package, variant[2], workers)
-            self.functions[variant] = fn
+                fn = torch_aot.load(torch, package, workers)
+        self.functions[variant] = fn
         return fn
 
     def __call__(self, run, block, may_compile: bool):
@@ -253,6 +264,7 @@ class FusedPath:
         elif self.device_type == "cpu":
             policy = f"layers of >= {COMPILE_MIN_GROUPS} groups"
         else:
-            policy = "no layer unless compile=True"
-        return (f"fused walk (AOTInductor) for {policy}, {len(self.walk.verified)} block "
+            policy = f"no layer unless compile=True or {ENV_SWITCH}=1"
+        how = "AOTInductor" if self.device_type == "cpu" else "torch.compile"
+        return (f"fused walk ({how}) for {policy}, {len(self.walk.verified)} block "
                 f"shape(s) verified, cache {fused_cache_dir()}")

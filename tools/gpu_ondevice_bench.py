@@ -3,7 +3,8 @@ whole-tensor pipeline of ``hscale.backends.torch_tensor``) and ``CupyBackend.qua
 (the fused kernel), for each method on square layers, in one process.
 
 ``python tools/gpu_ondevice_bench.py [--sizes 4096,8192,16384] [--methods rtn,hscale,hscale-block]
-[--check-rows 256] [--repeat 5] [--json PATH] [--compiled-size 8192] [--chunk-groups N,N]``
+[--check-rows 256] [--repeat 5] [--json PATH] [--compiled N,N] [--chunk-groups N,N]
+[--profile SIZE]``
 
 Layer: ``hscale.bench.make_layer`` (as tools/gpu_bench.py, the 2026-11-22 bench), max-abs init;
 hscale-block gets seeded positive-definite 16 x 16 blocks (``seeded_blocks``). Times: medians of
@@ -15,9 +16,10 @@ Checks, every result: the torch-cuda result (all of it) against the numpy refere
 ``--check-rows`` rows (the first and the last half of them, quantized by
 ``hscale.reference.quantize`` at the whole tensor's s_g, in worker processes): codes, packed,
 scale bytes, initial bytes, delta, s_g; and against cupy's result on the whole tensor where cupy
-declares the method. ``--compiled-size``: also torch-cuda with ``compile=True`` (inductor's
-Triton kernels of the fused walk, checked against the eager ones by ``torch_compile.CompiledWalk``) for hscale
-at that size, the first call (compiling) timed apart.
+declares the method. ``--compiled N,N``: also torch-cuda with ``compile=True`` (the fused walk:
+AOTInductor's Triton kernels, each new block shape checked against the eager ones by
+``torch_compile.CompiledWalk``) in blocks of each N groups, every size and method, its whole
+result against the eager one, the first call (loading or building the library) timed apart.
 """
 
 from __future__ import annotations
@@ -96,12 +98,14 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--ops-per-weight", type=float, default=240.0)
-    parser.add_argument("--compiled-size", type=int, default=0)
+    parser.add_argument("--compiled", default="", metavar="N,N",
+                        help="also torch-cuda with the fused walk (compile=True), in blocks of "
+                             "each N groups")
     parser.add_argument("--chunk-groups", default="",
                         help="torch-cuda also with these groups per block, comma-separated "
                              "(each checked against the default's result)")
-    parser.add_argument("--profile", action="store_true",
-                        help="with --compiled-size: the kernels of one call of each path")
+    parser.add_argument("--profile", type=int, default=0, metavar="SIZE",
+                        help="the kernels of one hscale call of each path at SIZE")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     import cupy
@@ -126,6 +130,8 @@ def main(argv=None) -> int:
         torch.cuda.synchronize()
         cupy.cuda.Device().synchronize()
 
+    compiled_chunks = [int(c) for c in args.compiled.split(",") if c]
+    compiled = {}  # chunk groups -> its backend, kept across sizes (one library, loaded once)
     results = []
     print(f"{'size':>11} {'method':12} {'implementation':30} {'median':>10} {'G weights/s':>11} "
           f"{'kernel':>10} {'roofline':>8} {'peak GiB':>8}  checks", flush=True)
@@ -171,6 +177,11 @@ def main(argv=None) -> int:
                                  seconds=median_time(lambda: other.quantize_on_device(
                                      w_torch, arg, **options), args.repeat, sync),
                                  identical_default=other_wrong is None, mismatch=other_wrong))
+            for chunk in compiled_chunks:
+                if chunk not in compiled:
+                    compiled[chunk] = TorchBackend("cuda:0", compile=True, chunk_groups=chunk)
+                rows.append(compiled_row(compiled[chunk], chunk, size, method, w_torch, arg, options,
+                                         full, args.repeat, sync))
             if method in cupy_backend.capabilities and method != "hscale-block":
                 timer = KernelTimer(runtime)
                 try:
@@ -202,6 +213,10 @@ def main(argv=None) -> int:
                 peak_text = f"{r['peak_gib']:8.2f}" if "peak_gib" in r else " " * 8
                 if r is row:
                     said = "; ".join(checks)
+                elif "identical_eager" in r:
+                    said = (f"first call {r['first_call_seconds']:.2f} s; = eager: "
+                            + ("bit-identical" if r["identical_eager"]
+                               else f"MISMATCH {r['mismatch']}"))
                 elif "identical_default" in r:
                     said = "= the default's result: " + ("bit-identical" if r["identical_default"]
                                                          else f"MISMATCH {r['mismatch']}")
@@ -211,54 +226,60 @@ def main(argv=None) -> int:
                       f"{r['seconds'] * 1e3:8.2f}ms {r['weights_per_s'] / 1e9:11.2f} {kernel} "
                       f"{roof} {peak_text}  {said}", flush=True)
                 results.append(r)
-        if size == args.compiled_size:
-            compiled = TorchBackend("cuda:0", compile=True)
-            start = time.perf_counter()
-            got = to_host(compiled.quantize_on_device(w_torch, h, codes=True, method="hscale"))
-            sync()
-            first = time.perf_counter() - start
-            reference = to_host(torch_cuda.quantize_on_device(w_torch, h, codes=True,
-                                                              method="hscale"))
-            wrong = identical(reference, got)
-            seconds = median_time(lambda: compiled.quantize_on_device(w_torch, h,
-                                                                      method="hscale"),
-                                  args.repeat, sync)
-            r = dict(size=size, method="hscale", implementation="torch-cuda compiled",
-                     seconds=seconds, first_call_seconds=first, status=compiled.version,
-                     identical_eager=wrong is None, mismatch=wrong,
-                     weights_per_s=weight.size / seconds)
-            results.append(r)
-            print(f"{size:>5}x{size:<5} hscale       torch-cuda compiled      "
-                  f"{seconds * 1e3:8.2f}ms {r['weights_per_s'] / 1e9:11.2f} (first call "
-                  f"{first:.1f} s; {compiled.version}); = eager torch-cuda: "
-                  + ("bit-identical" if wrong is None else f"MISMATCH {wrong}"), flush=True)
-            if args.profile:  # where the time goes: the kernels of one call of each path
-                from torch.profiler import ProfilerActivity, profile
-                for label, backend in (("eager", torch_cuda), ("compiled", compiled)):
-                    try:
-                        with profile(activities=[ProfilerActivity.CPU,
-                                                 ProfilerActivity.CUDA]) as prof:
-                            backend.quantize_on_device(w_torch, h, method="hscale")
-                            sync()
-                    except Exception as exc:  # noqa: BLE001  (no CUPTI on some machines)
-                        print(f"# profile of the {label} path failed: {exc}")
-                        continue
-                    print(f"# profile of one torch-cuda call, {label}, hscale {size}x{size}:")
-                    for key in ("device_time_total", "cuda_time_total", "cpu_time_total"):
-                        try:
-                            print(prof.key_averages().table(sort_by=key, row_limit=12,
-                                                            max_name_column_width=60))
-                            break
-                        except Exception as exc:  # noqa: BLE001  (the key's name by version)
-                            print(f"# sort by {key}: {exc}")
+        if args.profile and size == args.profile:
+            profile_call(torch, sync, size, w_torch, h, torch_cuda, compiled)
         del w_torch, w_cupy
         torch.cuda.empty_cache()
         cupy.get_default_memory_pool().free_all_blocks()
+    for backend in compiled.values():
+        print(f"# compiled, {backend.chunk_groups} groups/block: {backend.version}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1, default=str)
     bad = [r for r in results if r.get("mismatch")]
     return 1 if bad else 0
+
+
+def compiled_row(backend, chunk, size, method, w_torch, arg, options, full, repeat, sync):
+    """torch-cuda with the fused walk in blocks of ``chunk`` groups: the first call (loading or
+    building the library, checking each new block shape against the eager kernels) timed apart,
+    its whole result against the eager pipeline's ``full``, then the median of ``repeat``."""
+    from hscale.backends.torch_tensor import to_host
+    start = time.perf_counter()
+    got = to_host(backend.quantize_on_device(w_torch, arg, codes=True, **options))
+    sync()
+    first = time.perf_counter() - start
+    wrong = identical(full, got)
+    if backend.fused.disabled:
+        wrong = f"the fused walk is off: {backend.fused.disabled}"
+    seconds = median_time(lambda: backend.quantize_on_device(w_torch, arg, **options),
+                          repeat, sync)
+    return dict(size=size, method=method, chunk_groups=chunk,
+                implementation=f"torch-cuda fused, {chunk} groups/block", seconds=seconds,
+                first_call_seconds=first, identical_eager=wrong is None, mismatch=wrong)
+
+
+def profile_call(torch, sync, size, w_torch, h, torch_cuda, compiled):
+    """Where the time goes: the kernels of one hscale call of the eager path and of each fused
+    one, by torch's profiler."""
+    from torch.profiler import ProfilerActivity, profile
+    paths = [("eager", torch_cuda)] + [(f"fused {c}", b) for c, b in compiled.items()]
+    for label, backend in paths:
+        try:
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                backend.quantize_on_device(w_torch, h, method="hscale")
+                sync()
+        except Exception as exc:  # noqa: BLE001  (no CUPTI on some machines)
+            print(f"# profile of the {label} path failed: {exc}")
+            continue
+        print(f"# profile of one torch-cuda call, {label}, hscale {size}x{size}:")
+        for key in ("device_time_total", "cuda_time_total", "cpu_time_total"):
+            try:
+                print(prof.key_averages().table(sort_by=key, row_limit=12,
+                                                max_name_column_width=60))
+                break
+            except Exception as exc:  # noqa: BLE001  (the key's name by version)
+                print(f"# sort by {key}: {exc}")
 
 
 if __name__ == "__main__":

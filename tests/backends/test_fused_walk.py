@@ -8,7 +8,8 @@ the weighted objective, which serves rtn, scale-only and hscale, and the block o
 hscale-block; inductor's disk cache makes later sessions cheap), and its guards (a compile
 refused, a compiled function that differs from the eager pipeline). The compiled kernels'
 machine code is read for fused multiply-adds, and a second process must find the compilation
-in the disk cache. The CUDA form (Triton) is not run here: no GPU.
+in the disk cache. The CUDA form (AOTInductor's Triton kernels) runs the same hard groups where
+a GPU is present (tools/gpu_fused_session.sh on a lent one); without one those tests skip.
 """
 
 from __future__ import annotations
@@ -192,6 +193,28 @@ def test_compiled_walk_hands_back_the_reference_objectives(fused, method):
 @pytest.mark.extended
 def test_the_block_walk_hands_back_the_reference_objectives(fused):
     _compiled_objectives_equal_the_rescoring(fused, "hscale-block")
+
+
+@pytest.fixture(scope="module")
+def fused_cuda():
+    """A CUDA backend with the fused walk forced on (its Triton form)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the fused walk's Triton form runs only on a GPU")
+    return TorchBackend("cuda:0", compile=True)
+
+
+@pytest.mark.parametrize("method,init", [("rtn", "maxabs"), ("scale-only", "maxabs"),
+                                         ("hscale", "maxabs"), ("hscale-block", "maxabs"),
+                                         ("hscale", "4over6")])
+def test_cuda_compiled_walk_equals_reference_on_hard_groups(fused_cuda, method, init):
+    """The Triton kernels (no multiply-add fusion, no float32 flush to zero) bit for bit the
+    reference on the hard groups, as the CPU library is."""
+    _compiled_equals_reference(fused_cuda, method, init)
+
+
+@pytest.mark.parametrize("method", ["hscale", "hscale-block"])
+def test_cuda_compiled_walk_hands_back_the_reference_objectives(fused_cuda, method):
+    _compiled_objectives_equal_the_rescoring(fused_cuda, method)
 
 
 def test_compiled_walk_on_device_and_row_blocks(fused, monkeypatch):
@@ -411,6 +434,19 @@ def test_the_fused_walk_is_the_default_for_large_cpu_layers_and_has_a_switch(mon
     assert "HSCALE_TORCH_COMPILE=0" in default.version
     monkeypatch.setenv(torch_compile.ENV_SWITCH, "1")
     assert default.layer_quantizer(16).use_compile
+
+
+def test_on_cuda_the_fused_walk_runs_where_asked_for(monkeypatch):
+    """CUDA's policy (``FusedPath``, nothing run, no GPU needed): off by default at any size,
+    on with ``compile=True`` or ``HSCALE_TORCH_COMPILE=1`` (how a conformance run certifies the
+    Triton form), never with ``compile=False``."""
+    default = torch_compile.FusedPath(None, "cuda")
+    assert not default.wanted(10 ** 6)
+    assert "no layer unless compile=True or HSCALE_TORCH_COMPILE=1" in default.status()
+    assert torch_compile.FusedPath(True, "cuda").wanted(16)
+    monkeypatch.setenv(torch_compile.ENV_SWITCH, "1")
+    assert default.wanted(16)
+    assert not torch_compile.FusedPath(False, "cuda").wanted(10 ** 6)
 
 
 # -- the guards -----------------------------------------------------------------------------------
