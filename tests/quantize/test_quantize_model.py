@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,6 +24,8 @@ from hscale.quantize import REPORT_NAME, QuantizeRequest, quantize_model  # noqa
 from hscale.reference import compute_global_scale, quantize  # noqa: E402
 from hscale.reference.global_scale import (multiplier_from_reciprocal,  # noqa: E402
                                            reciprocal_from_multiplier)
+
+from helpers.cli import hscale_here  # noqa: E402
 
 
 def _save_tiny(directory: Path, **config) -> Path:
@@ -407,9 +407,8 @@ def test_a_model_without_tokenizer_files_is_refused_when_calibration_needs_one(t
     with pytest.raises(ValueError, match="no tokenizer to calibrate with .*config.json alone"):
         quantize_model(model_dir=str(tiny), out=str(tmp_path / "out"), progress=False)
     assert not (tmp_path / "out").exists()
-    result = subprocess.run([sys.executable, "-m", "hscale", "quantize", str(tiny), "--out",
-                             str(tmp_path / "out"), "--quiet"], capture_output=True, text=True)
-    assert result.returncode == 2, result.stderr
+    result = hscale_here(["quantize", tiny, "--out", tmp_path / "out", "--quiet"])
+    assert result.returncode == 2, result.stderr + result.trace
     lines = [line for line in result.stderr.splitlines()
              if line.startswith("hscale quantize:")]
     assert len(lines) == 1 and "no tokenizer" in lines[0] and "Traceback" not in result.stderr

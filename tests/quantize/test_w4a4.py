@@ -7,7 +7,6 @@ transformers model (padding dropped with the attention mask), the scale chain wi
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from helpers.cli import hscale_here  # noqa: E402
 from helpers.paths import REPO_ROOT  # noqa: E402
 from helpers.checkpoint_edits import planted  # noqa: E402
 from helpers.llm_families import written  # noqa: E402
@@ -29,7 +29,6 @@ from hscale.quantize import format_summary, quantize_model  # noqa: E402
 
 FORMATS = ("compressed-tensors", "modelopt")
 SAMPLES, SEQ_LEN = 8, 256  # the bundled texts are shorter than 256 tokens: padding
-HSCALE = [sys.executable, "-m", "hscale.cli"]
 
 
 def fp32_nearest(value: Fraction) -> np.float32:
@@ -290,14 +289,11 @@ def test_planted_defects_are_named_by_tensor(made, fmt, tmp_path):
 def test_cli_errors_are_one_line_with_exit_code_2(tmp_path):
     h = tmp_path / "h.safetensors"
     h.write_bytes(b"")
-    result = subprocess.run(HSCALE + ["quantize", "--scheme", "w4a4", "--hessian", str(h),
-                                      "--out", str(tmp_path / "o")],
-                            capture_output=True, text=True)
-    assert result.returncode == 2, result.stderr
+    result = hscale_here(["quantize", "--scheme", "w4a4", "--hessian", h, "--out", tmp_path / "o"])
+    assert result.returncode == 2, result.stderr + result.trace
     lines = [line for line in result.stderr.splitlines() if "hscale" in line or "--" in line]
     assert "Traceback" not in result.stderr and lines, result.stderr
-    result = subprocess.run(HSCALE + ["quantize", "--scheme", "w8a8"], capture_output=True,
-                            text=True)
+    result = hscale_here(["quantize", "--scheme", "w8a8"])
     assert result.returncode == 2 and "Traceback" not in result.stderr
 
 

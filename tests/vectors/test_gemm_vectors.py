@@ -8,8 +8,6 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
-import subprocess
-import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -19,6 +17,8 @@ import pytest
 
 from hscale.vectors import LEVEL0_DIR
 from hscale.vectors.verify import verify_dir
+
+from helpers.cli import Run, hscale_here
 
 LEVEL0 = LEVEL0_DIR
 E2M1 = [Fraction(float(v)) for v in
@@ -205,9 +205,8 @@ def test_a_malformed_gemm_line_is_a_line_error():
         assert words in str(error.value) and str(error.value).startswith("line 1: ")
 
 
-def _hscale(*args, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hscale", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=600)
+def _hscale(*args, cwd) -> Run:
+    return hscale_here(args, cwd=cwd)
 
 
 def test_the_commands_on_gemm_vectors(tmp_path):

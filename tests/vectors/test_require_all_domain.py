@@ -6,13 +6,11 @@ options declaring more ask for more, and an option of another kind's domain is a
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from helpers.cli import Run, hscale_here
 
 
-def _hscale(*args):
-    return subprocess.run([sys.executable, "-m", "hscale", "vectors", *args],
-                          capture_output=True, text=True, timeout=600)
+def _hscale(*args) -> Run:
+    return hscale_here(["vectors", *args])
 
 
 def _expected(tmp_path, name, *option):

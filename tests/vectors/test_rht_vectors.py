@@ -7,9 +7,7 @@ a multiple of 16) are exact sums over zero tokens, computed here with fractions.
 from __future__ import annotations
 
 import json
-import subprocess
 from fractions import Fraction
-import sys
 
 import ml_dtypes
 import numpy as np
@@ -20,14 +18,14 @@ from hscale.vectors.check import open_vectors
 from hscale.vectors.group_lines import write_group_lines
 from hscale.vectors.rht_sets import case_from_json, check_lines, explain
 
+from helpers.cli import Run, hscale_here
 from helpers.rht_kernels import Rht, hadamard16
 
 SET = LEVEL0_DIR / "rht_16x16.json"
 
 
-def _hscale(*args, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hscale", "vectors", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+def _hscale(*args, cwd) -> Run:
+    return hscale_here(["vectors", *args], cwd=cwd)
 
 
 @pytest.mark.clause("NVFP4-RHT-1", "NVFP4-RHT-2", "NVFP4-RHT-3")

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,6 +16,7 @@ from hscale.vectors import LEVEL0_DIR
 from hscale.vectors.check import open_vectors
 from hscale.vectors.verify import verify_dir
 
+from helpers.cli import Run, hscale_here
 from helpers.stochastic_kernels import CarryExact, codes as independent_codes, routed_bytes
 
 SET = LEVEL0_DIR / "sr_e2m1x4.json"
@@ -29,9 +28,8 @@ def _cases() -> dict:
             if name.startswith("sr_")}
 
 
-def _hscale(*args, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hscale", "vectors", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+def _hscale(*args, cwd) -> Run:
+    return hscale_here(["vectors", *args], cwd=cwd)
 
 
 @pytest.mark.clause("NVFP4-SR-2", "NVFP4-SR-3", "NVFP4-SR-4")

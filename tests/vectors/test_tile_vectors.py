@@ -6,8 +6,6 @@ and names the clause, expect and explain work."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,14 +13,14 @@ import pytest
 from hscale.vectors import LEVEL0_DIR
 from hscale.vectors.check import open_vectors
 
+from helpers.cli import Run, hscale_here
 from helpers.tile_kernels import Tiles
 
 SET = LEVEL0_DIR / "tile_16x16.json"
 
 
-def _hscale(*args, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hscale", "vectors", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+def _hscale(*args, cwd) -> Run:
+    return hscale_here(["vectors", *args], cwd=cwd)
 
 
 def _bytes(rows) -> np.ndarray:

@@ -9,8 +9,6 @@ import io
 import json
 import re
 import shutil
-import subprocess
-import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -32,6 +30,7 @@ from hscale.vectors.generate import generate_files, write_files
 from hscale.vectors.ties import load_tie_table, tie_pattern
 from hscale.vectors.verify import verify_dir
 
+from helpers.cli import hscale_here
 from helpers.paths import REPO_ROOT
 
 LEVEL0 = REPO_ROOT / "vectors" / "level0"
@@ -251,11 +250,12 @@ def test_verify_catches_a_changed_hex_file_even_with_a_fixed_manifest(level0_cop
 
 
 def test_verify_cli_exit_status(level0_copy):
-    run = [sys.executable, "-m", "hscale", "vectors", "verify"]
-    ok = subprocess.run(run + [str(LEVEL0)], capture_output=True, text=True)
+    """The command's exit status (in this process; tests/cli/test_cli_errors.py runs it in a
+    fresh one)."""
+    ok = hscale_here(["vectors", "verify", LEVEL0])
     assert ok.returncode == 0, ok.stdout + ok.stderr
     (level0_copy / "errors.json").write_text("{}")
-    bad = subprocess.run(run + [str(level0_copy)], capture_output=True, text=True)
+    bad = hscale_here(["vectors", "verify", level0_copy])
     assert bad.returncode == 1
     assert "DRIFT errors.json" in bad.stdout
 

@@ -9,7 +9,9 @@
   ``{backend id: clause}``: the self-tests' runs of several mutants, tests/helpers/selftest.py),
   its remaining tests are skipped: it is killed, naming its clause, and the rest of its run
   could only add to what is already decided. A failure citing another clause, or an error on
-  valid input, does not stop it; a backend without a clause runs every test.
+  valid input, does not stop it; a backend without a clause runs every test;
+- so that a kill comes early, each such backend's tests that carry its clause's marker run
+  first (a stable sort: the order is otherwise pytest's).
 """
 
 import json
@@ -33,6 +35,15 @@ KILLED_BY: dict = json.loads(os.environ.get("HSCALE_KILLED_BY", "{}"))
 
 def _backend(item):
     return getattr(getattr(item, "callspec", None), "params", {}).get("backend_id")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def later(item) -> bool:
+        clause = KILLED_BY.get(_backend(item))
+        wanted = [clause] if clause else list(config.getoption("clause", None) or [])
+        marked = {c for m in item.iter_markers("clause") for c in m.args}
+        return not (wanted and marked.intersection(wanted))
+    items.sort(key=later)
 
 
 @pytest.hookimpl(tryfirst=True)
