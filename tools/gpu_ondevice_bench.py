@@ -228,7 +228,7 @@ def main(argv=None) -> int:
                 results.append(r)
         if args.profile and size == args.profile:
             profile_call(torch, sync, size, w_torch, h, torch_cuda, compiled)
-        del w_torch, w_cupy
+        w_torch = w_cupy = None  # the layer freed before the next size
         torch.cuda.empty_cache()
         cupy.get_default_memory_pool().free_all_blocks()
     for backend in compiled.values():
