@@ -36,9 +36,9 @@ directory removed after; a library that fails to load is built again.
 Policy (``FusedPath``): the fused walk runs on the CPU for layers of at least
 ``COMPILE_MIN_GROUPS`` groups, on CUDA only when asked for (``compile=True`` or
 ``HSCALE_TORCH_COMPILE=1``); ``compile=False`` or ``HSCALE_TORCH_COMPILE=0`` turns it off,
-``=1`` forces it for any layer. All the state (what was built, what was verified, why the path is off) belongs
-to one ``FusedPath``, owned by one ``TorchBackend``: nothing here is process-global but the
-warning's once-per-reason memory.
+``=1`` forces it for any layer. All the state (what was built, what was verified, why the path
+is off) belongs to one ``FusedPath``, owned by one ``TorchBackend``: nothing here is
+process-global but the warning's once-per-reason memory.
 """
 
 from __future__ import annotations

@@ -180,8 +180,8 @@ def main(argv=None) -> int:
             for chunk in compiled_chunks:
                 if chunk not in compiled:
                     compiled[chunk] = TorchBackend("cuda:0", compile=True, chunk_groups=chunk)
-                rows.append(compiled_row(compiled[chunk], chunk, size, method, w_torch, arg, options,
-                                         full, args.repeat, sync))
+                rows.append(compiled_row(compiled[chunk], chunk, size, method, w_torch, arg,
+                                         options, full, args.repeat, sync))
             if method in cupy_backend.capabilities and method != "hscale-block":
                 timer = KernelTimer(runtime)
                 try:

@@ -289,7 +289,8 @@ def test_planted_defects_are_named_by_tensor(made, fmt, tmp_path):
 def test_cli_errors_are_one_line_with_exit_code_2(tmp_path):
     h = tmp_path / "h.safetensors"
     h.write_bytes(b"")
-    result = hscale_here(["quantize", "--scheme", "w4a4", "--hessian", h, "--out", tmp_path / "o"])
+    result = hscale_here(["quantize", "--scheme", "w4a4", "--hessian", h, "--out",
+                          tmp_path / "o"])
     assert result.returncode == 2, result.stderr + result.trace
     lines = [line for line in result.stderr.splitlines() if "hscale" in line or "--" in line]
     assert "Traceback" not in result.stderr and lines, result.stderr
