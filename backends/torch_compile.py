@@ -224,10 +224,14 @@ class CompiledWalk:
                 say_once(reason.splitlines()[0][:300])
             return None
         if fresh:
-            if not (run.matches_eager(block, got) and probe.matches_eager(probe.whole_block(),
-                                                                           got_probe)):
+            where, difference = "the block", run.eager_difference(block, got)
+            if difference is None:
+                where = "its probe (ties, zero groups, the ladder's ends)"
+                difference = probe.eager_difference(probe.whole_block(), got_probe)
+            if difference is not None:
                 self.path.disabled = ("the fused walk's bytes or group objectives differ from "
-                                      f"the eager pipeline's on a block of shape {key[3:]}")
+                                      f"the eager pipeline's on a block of shape {key[3:]}, "
+                                      f"on {where}: {difference}")
                 say_once(self.path.disabled)
                 return None
             self.verified.add(key)

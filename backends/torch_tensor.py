@@ -336,10 +336,12 @@ class TensorRun:
     def whole_block(self):
         return (0, self.weight.shape[0], 0, self.group_cols)
 
-    def matches_eager(self, block, fused) -> bool:
-        """The fused walk's bytes of a block, and its group objectives (with h = 1, and under
-        the search's weighting where that is HSCALE-OBJ-1's), equal the eager steps', bit for
-        bit."""
+    def eager_difference(self, block, fused) -> str | None:
+        """None where the fused walk's bytes of a block, and its group objectives (with h = 1,
+        and under the search's weighting where that is HSCALE-OBJ-1's), equal the eager steps'
+        bit for bit; else the first difference: the output, the row and group in the block,
+        both values, and how many groups differ."""
+        torch = self.torch
         method = self.options.method
         checked = [None]  # h = 1
         if method != "hscale-block":  # rtn's walk scores its one candidate with h = 1
@@ -349,11 +351,23 @@ class TensorRun:
         rows, groups = chosen.shape
         packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).view(rows, groups, 8)
         scored = [scored_t[2:4]] + ([scored_t[0:2]] if len(checked) > 1 else [])
-        return (self.torch.equal(packed, packed_t.permute(2, 1, 0))
-                and self.torch.equal(chosen, chosen_t.t())
-                and self.torch.equal(initial, initial_t.t())
-                and all(self.torch.equal(e.view(rows, groups, 2), f.permute(2, 1, 0))
-                        for e, f in zip(objectives, scored)))
+        # (name, eager, fused), each (rows, groups, ...) in the block's layout
+        pairs = [("packed codes", packed, packed_t.permute(2, 1, 0)),
+                 ("chosen scale byte", chosen, chosen_t.t()),
+                 ("initial scale byte", initial, initial_t.t())]
+        for weighting, e, f in zip(("h = 1", "the search's h"), objectives, scored):
+            pairs.append((f"group objectives ({weighting}; at the chosen, the initial byte)",
+                          e.view(rows, groups, 2), f.permute(2, 1, 0)))
+        for name, eager, got in pairs:
+            differ = eager != got
+            if differ.dim() > 2:
+                differ = differ.flatten(2).any(dim=2)
+            if bool(differ.any()):
+                r, g = (int(i) for i in torch.nonzero(differ)[0])
+                return (f"{name} at row {r}, group {g} of the block: fused "
+                        f"{got[r, g].tolist()}, eager {eager[r, g].tolist()} "
+                        f"({int(differ.sum())} of {rows * groups} groups differ)")
+        return None
 
 
 SEARCHED = "searched"  # a weighting whose objectives the search itself computed

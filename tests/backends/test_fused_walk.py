@@ -472,8 +472,8 @@ def test_a_compiled_function_that_differs_turns_the_walk_off(monkeypatch, mutant
     """The check on a new block shape, against the eager pipeline on the block and on the
     probe: a walk off by one byte; one whose quotients are one ulp high (right everywhere but on
     exact ties, which this layer does not have: only the probe catches it); one without E2M1
-    saturation (nothing saturates here either); one whose group objective for the report is
-    one ulp high in one group. Each is refused, the result is still the
+    saturation (the window's smaller candidate scales saturate, so the block itself shows it);
+    one whose group objective for the report is one ulp high in one group. Each is refused, the result is still the
     reference's, and the backend says why."""
     real_round = torch_walk.e2m1_round
 
@@ -511,3 +511,11 @@ def test_a_compiled_function_that_differs_turns_the_walk_off(monkeypatch, mutant
         got = backend.quantize(w, h)
     assert_identical(reference_quantize(w, h), got, mutant)
     assert "differ" in backend.fused.disabled and not backend.fused.walk.verified
+    # the reason names where: the block or its probe, the output, the row and group
+    where = {"chosen_plus_one": "on the block: chosen scale byte at row 0, group 0",
+             "ties_rounded_up": "on its probe (ties, zero groups, the ladder's ends): packed "
+                                "codes at row",
+             "no_saturation": "on the block: packed codes at row 0, group 0",
+             "objective_one_ulp_up": "on the block: group objectives (h = 1; at the chosen, the "
+                                     "initial byte) at row 0, group 0"}[mutant]
+    assert where in backend.fused.disabled, backend.fused.disabled
