@@ -173,27 +173,31 @@ class CompiledWalk:
         library loaded from the cache directory, or built there first; on CUDA compiled in this
         process (``torch_aot.jit``)."""
         fn = self.functions.get(variant)
-        if fn is None and variant[2] != "cpu":
-            say_building(None)
-            fn = torch_aot.jit(torch, variant, compile_settings(variant[2]),
-                               fused_cache_dir() / "jit")
-            self.built.add(variant)
-        elif fn is None:
-            settings = compile_settings(variant[2])
-            workers = torch.get_num_threads()
-            package = package_path(variant, settings)
-            if package.exists() and package.with_suffix(".so").exists():
-                try:
-                    fn = torch_aot.load(torch, package, workers)
-                except OSError:  # a damaged file: built afresh below
-                    package.with_suffix(".so").unlink(missing_ok=True)
-            if fn is None:
-                say_building(package)
-                if torch_aot.build(torch, variant, settings, package):
-                    self.built.add(variant)
-                fn = torch_aot.load(torch, package, workers)
-        self.functions[variant] = fn
+        if fn is None:
+            make = self._library if variant[2] == "cpu" else self._jit
+            fn = make(torch, variant)
+            self.functions[variant] = fn
         return fn
+
+    def _jit(self, torch, variant):
+        say_building(None)
+        self.built.add(variant)
+        return torch_aot.jit(torch, variant, compile_settings(variant[2]),
+                             fused_cache_dir() / "jit")
+
+    def _library(self, torch, variant):
+        settings = compile_settings(variant[2])
+        workers = torch.get_num_threads()
+        package = package_path(variant, settings)
+        if package.exists() and package.with_suffix(".so").exists():
+            try:
+                return torch_aot.load(torch, package, workers)
+            except OSError:  # a damaged file: built afresh below
+                package.with_suffix(".so").unlink(missing_ok=True)
+        say_building(package)
+        if torch_aot.build(torch, variant, settings, package):
+            self.built.add(variant)
+        return torch_aot.load(torch, package, workers)
 
     def __call__(self, run, block, may_compile: bool):
         """The fused outputs of ``run``'s block ``(packed (8, C, R), chosen, initial (C, R),

@@ -17,9 +17,10 @@ Checks, every result: the torch-cuda result (all of it) against the numpy refere
 ``hscale.reference.quantize`` at the whole tensor's s_g, in worker processes): codes, packed,
 scale bytes, initial bytes, delta, s_g; and against cupy's result on the whole tensor where cupy
 declares the method. ``--compiled N,N``: also torch-cuda with ``compile=True`` (the fused walk:
-AOTInductor's Triton kernels, each new block shape checked against the eager ones by
-``torch_compile.CompiledWalk``) in blocks of each N groups, every size and method, its whole
-result against the eager one, the first call (loading or building the library) timed apart.
+Triton kernels compiled in the process by torch.compile, each new block shape checked against
+the eager ones by ``torch_compile.CompiledWalk``) in blocks of each N groups, every size and
+method, its whole result against the eager one, the first call (compiling, checking each new
+block shape) timed apart.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ def main(argv=None) -> int:
         cupy.cuda.Device().synchronize()
 
     compiled_chunks = [int(c) for c in args.compiled.split(",") if c]
-    compiled = {}  # chunk groups -> its backend, kept across sizes (one library, loaded once)
+    compiled = {}  # chunk groups -> its backend, kept across sizes (compiled once)
     results = []
     print(f"{'size':>11} {'method':12} {'implementation':30} {'median':>10} {'G weights/s':>11} "
           f"{'kernel':>10} {'roofline':>8} {'peak GiB':>8}  checks", flush=True)
@@ -241,9 +242,9 @@ def main(argv=None) -> int:
 
 
 def compiled_row(backend, chunk, size, method, w_torch, arg, options, full, repeat, sync):
-    """torch-cuda with the fused walk in blocks of ``chunk`` groups: the first call (loading or
-    building the library, checking each new block shape against the eager kernels) timed apart,
-    its whole result against the eager pipeline's ``full``, then the median of ``repeat``."""
+    """torch-cuda with the fused walk in blocks of ``chunk`` groups: the first call (compiling,
+    checking each new block shape against the eager kernels) timed apart, its whole result
+    against the eager pipeline's ``full``, then the median of ``repeat``."""
     from hscale.backends.torch_tensor import to_host
     start = time.perf_counter()
     got = to_host(backend.quantize_on_device(w_torch, arg, codes=True, **options))

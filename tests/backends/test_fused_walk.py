@@ -8,8 +8,9 @@ the weighted objective, which serves rtn, scale-only and hscale, and the block o
 hscale-block; inductor's disk cache makes later sessions cheap), and its guards (a compile
 refused, a compiled function that differs from the eager pipeline). The compiled kernels'
 machine code is read for fused multiply-adds, and a second process must find the compilation
-in the disk cache. The CUDA form (AOTInductor's Triton kernels) runs the same hard groups where
-a GPU is present (tools/gpu_fused_session.sh on a lent one); without one those tests skip.
+in the disk cache. The CUDA form (Triton kernels compiled in the process by torch.compile) runs
+the same hard groups where a GPU is present (tools/gpu_fused_session.sh on a lent one); without
+one those tests skip.
 """
 
 from __future__ import annotations
@@ -473,8 +474,8 @@ def test_a_compiled_function_that_differs_turns_the_walk_off(monkeypatch, mutant
     probe: a walk off by one byte; one whose quotients are one ulp high (right everywhere but on
     exact ties, which this layer does not have: only the probe catches it); one without E2M1
     saturation (the window's smaller candidate scales saturate, so the block itself shows it);
-    one whose group objective for the report is one ulp high in one group. Each is refused, the result is still the
-    reference's, and the backend says why."""
+    one whose group objective for the report is one ulp high in one group. Each is refused, the
+    result is still the reference's, and the backend says why."""
     real_round = torch_walk.e2m1_round
 
     def ties_rounded_up(torch_, x):
