@@ -11,7 +11,8 @@ approximated. The price is size: 4 bytes x vocabulary x scored tokens (SmolLM2, 
 probabilities quantized to 16 bits), which approximates every figure.
 
 A base is keyed by what its logits depend on: the original (the SHA-256 of its files, and the
-engine that ran it), the text (its SHA-256), and the windows (context, count, scored positions,
+engine build that ran it: its packages' versions and the CPU instruction sets its kernels ran,
+``runners.engine_build``), the text (its SHA-256), and the windows (context, count, scored positions,
 BOS, the SHA-256 of the token ids fed). A base whose key differs from the run's is refused in
 one line naming the first thing that differs (``StaleBase``), never silently reused.
 
@@ -214,5 +215,7 @@ class KeptBase:
 
 
 def _shown(value):
-    """A key's value in a message: a digest's first 12 characters."""
-    return value[:12] + "..." if isinstance(value, str) and len(value) > 16 else value
+    """A key's value in a message: a digest's first 12 characters, anything else whole."""
+    digest = isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef"
+                                                                 for c in value)
+    return value[:12] + "..." if digest else value

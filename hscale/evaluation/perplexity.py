@@ -21,6 +21,7 @@ from pathlib import Path
 from .base import BaseKey, BaseWriter, KeptBase, model_fingerprint, windows_key
 from .loaders import (ACTIVATIONS, LOADERS, ModelPath, gguf_engine, identify, open_runner,
                       open_tokenizer)
+from .runners import engine_build
 from .text import SCORED, Windows, cut_windows, evaluation_text, text_facts
 
 #: What ``hscale eval`` writes as ``command`` in its JSON.
@@ -182,7 +183,7 @@ def evaluate(checked: CheckedRequest, log=print) -> dict:
                 mark = time.perf_counter()
                 writer = BaseWriter(request.base, BaseKey(
                     original_sha256=model_fingerprint(checked.original.path),
-                    engine=reference.facts["engine"], **key), original)
+                    engine=engine_build(reference.facts["engine"]), **key), original)
                 seconds["fingerprint_original"] = time.perf_counter() - mark
         mark = time.perf_counter()
         try:
@@ -217,9 +218,9 @@ def evaluate(checked: CheckedRequest, log=print) -> dict:
 
 
 def _original_engine(kind: str, runner) -> str:
-    """The engine an original of ``kind`` (its label) runs in beside ``runner``: MODEL's for a
-    GGUF original, transformers for a directory."""
-    return runner.facts["engine"] if kind.startswith("GGUF") else "transformers"
+    """The engine (``runners.engine_build``) an original of ``kind`` (its label) runs in beside
+    ``runner``: MODEL's for a GGUF original, transformers for a directory."""
+    return engine_build(runner.facts["engine"] if kind.startswith("GGUF") else "transformers")
 
 
 def scored_rows(reference, windows):

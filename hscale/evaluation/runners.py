@@ -7,6 +7,7 @@ tokens."""
 from __future__ import annotations
 
 import importlib.metadata
+import re
 
 import numpy as np
 
@@ -16,6 +17,22 @@ def package_version(name: str) -> str | None:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def engine_build(engine: str) -> str:
+    """``engine`` ("transformers" or "llama.cpp", a runner's ``facts["engine"]``) with what
+    decides its logits beside the model and the tokens: its packages' versions and the
+    instruction sets its CPU kernels run (torch and ggml pick their kernels by them, and the
+    kernels' sums round differently). A kept base's key names it (``hscale.evaluation.base``),
+    so that logits one build computed are not read back as another's."""
+    if engine == "llama.cpp":
+        import llama_cpp
+        info = llama_cpp.llama_print_system_info().decode("utf-8", "replace")
+        features = "+".join(re.findall(r"(\w+) = 1", info))
+        return f"llama.cpp (llama-cpp-python {llama_cpp.__version__}, CPU {features})"
+    import torch
+    return (f"{engine} (transformers {package_version('transformers')}, torch "
+            f"{torch.__version__}, CPU {torch.backends.cpu.get_cpu_capability()})")
 
 
 class Runner:
@@ -126,7 +143,8 @@ class LlamaCppRunner(Runner):
                       "model": model.desc(),
                       "architecture": metadata.get("general.architecture"),
                       "file_type": _file_type(metadata.get("general.file_type")),
-                      "threads": self.llm.n_threads,
+                      # a window is one batch: its decode runs on n_threads_batch
+                      "threads": self.llm.n_threads_batch,
                       "flash_attention": self.llm.context_params.flash_attn_type
                       == llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED}
         self.vocab_size = int(self.llm.n_vocab())

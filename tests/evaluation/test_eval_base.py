@@ -190,6 +190,27 @@ def test_a_stale_base_is_refused_in_one_line(models, capsys, tmp_path):
     assert not missing.exists()
 
 
+
+def test_a_base_kept_by_another_engine_build_is_refused(models, capsys, tmp_path):
+    """The engine's build is in the key (its torch and transformers versions, the CPU kernels
+    torch picked): logits another build computed round differently, so its base is refused in
+    one line that names both builds whole."""
+    base = tmp_path / "base.bin"
+    assert run_eval(capsys, models["ct"], "--original", models["source"], "--base", base) == 0
+    capsys.readouterr()
+    raw = base.read_bytes()
+    version, kernels = torch.__version__, torch.backends.cpu.get_cpu_capability()
+    here = (f"transformers (transformers {transformers.__version__}, torch {version}, "
+            f"CPU {kernels})")
+    assert raw.count(here.encode()) == 1  # the key says which build computed the logits
+    there = here.replace(f"torch {version}", f"torch {'9' * len(version)}")
+    base.write_bytes(raw.replace(here.encode(), there.encode()))  # the same length
+    code = run_eval(capsys, models["ct"], "--base", base)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, lines
+    assert "the engine that runs the original differs" in lines[0]
+    assert f"the base's {there}, this run's {here})" in lines[0], lines[0]
+
 def _t_interval(values):
     from scipy import stats
     values = np.asarray(values, np.float64)
