@@ -86,7 +86,11 @@ def check_eval_request(request: EvalRequest) -> CheckedRequest:
     if engine == "llama.cpp":
         _require("llama_cpp", "llama.cpp runs GGUF files and llama-cpp-python is not "
                               "installed: pip install 'hscale-nvfp4[engines]' (a build of "
-                              "minutes), or --engine transformers")
+                              "minutes), or --engine transformers",
+                 broken="llama.cpp runs GGUF files and llama-cpp-python is installed but does "
+                        "not load: reinstall it (pip install --force-reinstall --no-cache-dir "
+                        "'hscale-nvfp4[engines]'), point LLAMA_CPP_LIB_PATH at the libraries "
+                        "of a llama.cpp build, or run --engine transformers")
     if engine == "transformers" or (original is not None and original.kind != "gguf"):
         _require("transformers", "needs transformers, not installed: pip install "
                                  "'hscale-nvfp4[models]'")
@@ -130,10 +134,20 @@ def _check_base(request: EvalRequest, original: ModelPath | None, text: str):
     return kept
 
 
-def _require(module: str, message: str) -> None:
+def _require(module: str, missing: str, broken: str | None = None) -> None:
+    """``missing`` (a ValueError) where ``module`` is not installed; with ``broken``, the module
+    is imported as well, and one that is installed but does not load (its native library not
+    built, not found, or built for another machine) is refused with ``broken`` and the cause,
+    before any work."""
+    import importlib
     import importlib.util
     if importlib.util.find_spec(module) is None:
-        raise ValueError(message)
+        raise ValueError(missing)
+    if broken is not None:
+        try:
+            importlib.import_module(module)
+        except (ImportError, OSError, RuntimeError) as exc:
+            raise ValueError(f"{broken} ({module}: {type(exc).__name__}: {exc})") from exc
 
 
 def _check_context(model, context: int, option: str, path) -> None:

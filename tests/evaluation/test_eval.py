@@ -319,6 +319,27 @@ def test_a_text_too_short_for_its_windows_is_refused_before_any_model_is_loaded(
         assert code == 2 and re.search(pattern, capsys.readouterr().err)
 
 
+
+def test_a_llama_cpp_that_does_not_load_is_refused_in_one_line(tmp_path, monkeypatch):
+    """llama-cpp-python installed without its llama.cpp library (a failed or cached build, a
+    library moved away) raises at import: the GGUF evaluation refuses it before any work, in
+    one line that says what is wrong, why (llama-cpp-python's own error) and what to do."""
+    from helpers.gguf_models import write_gguf_file
+    package = tmp_path / "site" / "llama_cpp"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "raise FileNotFoundError(\"Shared library with base name 'llama' not found\")\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "llama_cpp", raising=False)
+    model = write_gguf_file(tmp_path / "model.gguf")
+    result = hscale_here(["eval", str(model), "--data", str(HELDOUT), "--quiet"], cwd=tmp_path)
+    assert result.returncode == 2, result.trace
+    line = error_line(result)
+    assert line.startswith("hscale eval: llama.cpp runs GGUF files and llama-cpp-python is "
+                           "installed but does not load: reinstall it"), line
+    assert line.endswith("(llama_cpp: FileNotFoundError: Shared library with base name "
+                         "'llama' not found)"), line
+
 def test_mistakes_are_one_line_with_exit_code_2(llama, tmp_path):
     other_vocab = written(tmp_path, "llama", vocab_size=300)
     (tmp_path / "not.gguf").write_bytes(b"not a model")
