@@ -252,3 +252,32 @@ def test_the_command_line_says_one_line_and_exits_2(checkpoints, tmp_path):
         lines = [line for line in result.stderr.splitlines() if line.strip()]
         assert result.returncode == 2 and len(lines) == 1 \
             and "not a readable GGUF file" in lines[0], result.stderr
+
+
+def test_the_read_back_compares_a_slab_at_a_time_with_numpys_verdict(monkeypatch):
+    """``_verify``'s comparison of a written tensor with its source, cut into slabs so that a
+    large embedding is never copied whole, gives numpy's whole-array verdict (float32 values,
+    -0 equal to +0, NaN unequal) wherever the difference lies, a slab boundary included."""
+    from hscale.checkpoints import to_gguf
+    monkeypatch.setattr(to_gguf, "VERIFY_CHUNK", 7)  # slabs of 7 elements, 7 < a row
+    rng = np.random.default_rng(0)
+    source = rng.standard_normal((5, 9)).astype(np.float16)
+    cases = {"equal": source.astype(np.float32).copy()}
+    for name, index in (("first", 0), ("on a boundary", 7), ("last", 44)):
+        changed = source.astype(np.float32)
+        changed.reshape(-1)[index] += 1
+        cases[name] = changed
+    signed = source.astype(np.float32)
+    signed.reshape(-1)[13] = -0.0
+    zeroed = source.copy()
+    zeroed.reshape(-1)[13] = 0.0
+    nan = source.astype(np.float32)
+    nan.reshape(-1)[20] = np.nan
+    for name, (after, before) in {**{k: (v, source) for k, v in cases.items()},
+                                  "signed zero": (signed, zeroed), "NaN": (nan, nan),
+                                  "shape": (source.astype(np.float32).reshape(9, 5), source)
+                                  }.items():
+        expected = after.shape == before.shape and np.array_equal(
+            after.astype(np.float32), before.astype(np.float32))
+        assert to_gguf._same_values(after, before) == expected, name
+    assert [to_gguf._same_values(cases[n], source) for n in cases] == [True, False, False, False]
