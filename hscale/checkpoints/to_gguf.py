@@ -418,19 +418,14 @@ def _verify(path: Path, model, layout, plan: list[dict]) -> None:
 
 
 def _same_values(after, before) -> bool:
-    """Whether two arrays have one shape and the same values as float32, compared
-    ``VERIFY_CHUNK`` elements at a time: the arrays are memory maps of the two files, and whole
-    float32 copies of a large model's token embedding (Llama-3-8B's: 2.1 GB each) would be the
-    conversion's peak memory."""
+    """One shape and the same float32 values, ``VERIFY_CHUNK`` elements at a time (whole float32
+    copies of Llama-3-8B's token embedding would be 2.1 GB each)."""
     if after.shape != before.shape:
         return False
     after, before = after.reshape(-1), before.reshape(-1)
-    for start in range(0, after.size, VERIFY_CHUNK):
-        part = slice(start, start + VERIFY_CHUNK)
-        if not np.array_equal(np.asarray(after[part], np.float32),
-                              np.asarray(before[part], np.float32)):
-            return False
-    return True
+    parts = (slice(i, i + VERIFY_CHUNK) for i in range(0, after.size, VERIFY_CHUNK))
+    return all(np.array_equal(np.asarray(after[part], np.float32),
+                              np.asarray(before[part], np.float32)) for part in parts)
 
 def _raw_plan(plan: list[dict], source, gguf, architecture: str, hparams: dict
               ) -> list[dict]:
