@@ -416,7 +416,6 @@ def _verify(path: Path, model, layout, plan: list[dict]) -> None:
                                "was written)")
 
 
-
 def _same_values(after, before) -> bool:
     """One shape and the same float32 values, ``VERIFY_CHUNK`` elements at a time (whole float32
     copies of Llama-3-8B's token embedding would be 2.1 GB each)."""
@@ -426,6 +425,7 @@ def _same_values(after, before) -> bool:
     parts = (slice(i, i + VERIFY_CHUNK) for i in range(0, after.size, VERIFY_CHUNK))
     return all(np.array_equal(np.asarray(after[part], np.float32),
                               np.asarray(before[part], np.float32)) for part in parts)
+
 
 def _raw_plan(plan: list[dict], source, gguf, architecture: str, hparams: dict
               ) -> list[dict]:

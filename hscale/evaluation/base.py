@@ -13,8 +13,8 @@ probabilities quantized to 16 bits), which approximates every figure.
 A base is keyed by what its logits depend on: the original (the SHA-256 of its files, and the
 engine build that ran it: its packages' versions and the CPU instruction sets its kernels ran,
 ``runners.engine_build``), the text (its SHA-256), and the windows (context, count, scored
-positions, BOS, the SHA-256 of the token ids fed). A base whose key differs from the run's is refused in
-one line naming the first thing that differs (``StaleBase``), never silently reused.
+positions, BOS, the SHA-256 of the token ids fed). A base whose key differs from the run's is
+refused in one line naming the first thing that differs (``StaleBase``), never silently reused.
 
 The file: ``MAGIC``, the header's length (8 bytes, little-endian), the header (JSON, UTF-8),
 zero padding to a multiple of 64 bytes, then per window its (scored positions, vocabulary)
