@@ -24,6 +24,8 @@ import argparse
 import logging
 import sys
 
+from hscale.models.loading import MissingPackage
+
 from . import bench, checkpoints, conform, demo, docs, interop, quantize, report, vectors
 from . import eval as eval_command
 from .args import EXIT_OK, CommandParser, error_text, fail, plain_text
@@ -80,7 +82,8 @@ def main(argv=None) -> int:
     if argv[:1] and argv[0] in OWN_PARSERS:
         return OWN_PARSERS[argv[0]](argv[1:])
     args = build_parser().parse_args(argv)
+    # a bad input, or an optional package not installed: say what is wrong, no traceback
     try:
         return args.func(args) or EXIT_OK
-    except (ValueError, OSError) as error:  # a bad input: say what is wrong, no traceback
+    except (ValueError, OSError, MissingPackage) as error:
         return fail(f"hscale {args.command}", error_text(error))

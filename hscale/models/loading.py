@@ -7,12 +7,17 @@ import contextlib
 import importlib
 
 
+class MissingPackage(ImportError):
+    """An optional dependency that is not installed: the user's set-up, not a bug, so the
+    commands say it in one line (``hscale.cli``) instead of a traceback."""
+
+
 def require(module: str, extra: str = "models"):
-    """``import module``, or an ImportError that says which extra installs it."""
+    """``import module``, or a ``MissingPackage`` that says which extra installs it."""
     try:
         return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
+        raise MissingPackage(
             f"this needs the Python package {module!r}; install the optional dependencies "
             f"with `pip install 'hscale-nvfp4[{extra}]'`") from exc
 

@@ -340,6 +340,20 @@ def test_a_llama_cpp_that_does_not_load_is_refused_in_one_line(tmp_path, monkeyp
     assert line.endswith("(llama_cpp: FileNotFoundError: Shared library with base name "
                          "'llama' not found)"), line
 
+
+def test_a_missing_optional_package_is_one_line_with_exit_code_2(llama, tmp_path, monkeypatch):
+    """A dense compressed-tensors checkpoint goes the library route, which needs the
+    compressed-tensors package; where it is not installed (the wheel's [models] extra alone)
+    the command names it and the extra that installs it in one line, exit code 2, as for any
+    other set-up mistake (``hscale.models.loading.MissingPackage``), not a traceback."""
+    monkeypatch.setitem(sys.modules, "compressed_tensors", None)  # its import raises
+    result = hscale_here(["eval", str(llama["ct"]), "--data", str(HELDOUT), "--context", "64",
+                          "--windows", "1", "--quiet"], cwd=tmp_path)
+    assert result.returncode == 2, result.trace
+    assert error_line(result) == (
+        "hscale eval: this needs the Python package 'compressed_tensors'; install the "
+        "optional dependencies with `pip install 'hscale-nvfp4[interop]'`")
+
 def test_mistakes_are_one_line_with_exit_code_2(llama, tmp_path):
     other_vocab = written(tmp_path, "llama", vocab_size=300)
     (tmp_path / "not.gguf").write_bytes(b"not a model")
