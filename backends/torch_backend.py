@@ -17,7 +17,8 @@ themselves (GPTQ's ``group_quantizer``, the report's ``layer_quantizer``):
   objective of every group at once, by the eager kernels of ``torch_kernels``, whose exactness
   arguments sit beside them; the search takes the first minimum on the device;
 - ``encode``: the final element codes, by the same kernels;
-- ``map_blocks``: blocks of rows on ``torch.get_num_threads()`` worker threads.
+- ``map_blocks``: blocks of rows on ``torch.get_num_threads()`` worker threads, kept for the
+  process (``BlockWorkers``).
 
 Speed (CPU). Each block goes to one of the Python worker threads; each thread runs its torch ops
 single-threaded. Per-op parallelism (torch's intra-op OpenMP) was slower here: a block is dozens
@@ -31,6 +32,7 @@ it from the disk cache (``torch_compile.fused_cache_dir``) in milliseconds.
 
 from __future__ import annotations
 
+import os
 import threading
 
 import ml_dtypes
@@ -65,6 +67,36 @@ def _import_torch():
     except ImportError:
         return None
     return torch
+
+
+class BlockWorkers:
+    """The CPU worker threads that every call's blocks run on, each thread's torch ops
+    single-threaded: one pool per process and thread count, made on first use and kept. A pool
+    per call cost each layer its threads' start-up (2-6 ms: a third of the walk of one of
+    SmolLM2's 576 x 576 layers, docs/performance.md). A forked child makes its own (the
+    parent's threads do not exist in it); another thread count replaces the pool."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._pool = None
+        self._key = None  # (process id, threads) the pool was made for
+
+    def pool(self, torch, workers: int):
+        from concurrent.futures import ThreadPoolExecutor
+        key = (os.getpid(), workers)
+        with self._lock:
+            if self._key != key:
+                if self._pool is not None and self._key[0] == key[0]:
+                    self._pool.shutdown(wait=False)  # its idle threads end
+                self._pool = ThreadPoolExecutor(max_workers=workers,
+                                                thread_name_prefix="hscale-torch-blocks",
+                                                initializer=torch.set_num_threads,
+                                                initargs=(1,))
+                self._key = key
+            return self._pool
+
+
+BLOCK_WORKERS = BlockWorkers()
 
 
 class TorchBackend:
@@ -275,8 +307,8 @@ class TorchQuantizer(Quantizer):
         return compute_global_scale(self.tensor_amax(tensor), options.scale_ceiling)
 
     def map_blocks(self, function, blocks, first=()) -> None:
-        """Blocks on worker threads (CPU), each running single-threaded torch ops, from a shared
-        queue; on CUDA in this thread. ``first``: blocks to run before the others, in this
+        """Blocks on the process's worker threads (CPU, ``BLOCK_WORKERS``), each running
+        single-threaded torch ops, from a shared queue; on CUDA in this thread. ``first``: blocks to run before the others, in this
         thread (the fused walk's new block shapes, whose library is built or loaded and which
         are checked here; the workers then only run it). The process-wide intra-op thread count
         is restored."""
@@ -289,12 +321,10 @@ class TorchQuantizer(Quantizer):
                 function(block)
             return
         saved = torch.get_num_threads()
-        from concurrent.futures import ThreadPoolExecutor
         try:
-            with ThreadPoolExecutor(max_workers=workers,
-                                    initializer=lambda: torch.set_num_threads(1)) as pool:
-                for future in [pool.submit(function, b) for b in blocks]:
-                    future.result()
+            pool = BLOCK_WORKERS.pool(torch, workers)
+            for future in [pool.submit(function, b) for b in blocks]:
+                future.result()
         finally:
             torch.set_num_threads(saved)
 

@@ -353,3 +353,78 @@ def test_torch_h_cache_is_not_fooled_by_a_reused_address():
     expected = torch.from_numpy(second_h.copy()).t().repeat(1, 2)
     assert torch.equal(second, expected)
     assert not torch.equal(second, first)
+
+
+def _worker_threads(backend, w, h) -> set:
+    """The threads the call's blocks ran on."""
+    import threading
+    from hscale.backends import torch_backend
+    threads = set()
+    run_block = torch_backend.TensorRun.run_block
+
+    def recording(run, block):
+        threads.add(threading.current_thread())
+        return run_block(run, block)
+
+    torch_backend.TensorRun.run_block = recording
+    try:
+        backend.quantize(w, h, method="hscale")
+    finally:
+        torch_backend.TensorRun.run_block = run_block
+    return threads
+
+
+def test_torch_worker_threads_are_kept_between_calls():
+    """The blocks of every call run on the same worker threads (a pool per call paid its
+    threads' start-up on every layer); another thread count gets a pool of its size."""
+    from hscale.backends.torch_backend import TorchBackend
+    backend = TorchBackend("cpu", chunk_groups=7, compile=False)
+    w, h = layer(11, rows=24, cols=320)
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        first = _worker_threads(backend, w, h)
+        second = _worker_threads(TorchBackend("cpu", chunk_groups=7, compile=False), w, h)
+        torch.set_num_threads(3)
+        third = _worker_threads(backend, w, h)
+    finally:
+        torch.set_num_threads(saved)
+    assert len(first) == 2, first
+    assert all(t.name.startswith("hscale-torch-blocks") for t in first), first
+    assert second == first  # the same two threads, for another backend object too
+    assert len(third) == 3 and not third & first, (first, third)
+    assert torch.get_num_threads() == saved
+
+
+def _quantize_in_child(queue, w, h):
+    from hscale.backends.torch_backend import TorchBackend
+    got = TorchBackend("cpu", chunk_groups=7, compile=False).quantize(w, h, method="hscale")
+    queue.put((got.codes.tobytes(), got.scale_bytes.tobytes()))
+
+
+def test_a_forked_child_makes_its_own_worker_threads():
+    """A process forked after the parent's blocks ran has none of the parent's worker threads:
+    a pool carried over by the fork would take its blocks and never run them (the call hangs);
+    the child makes its own and gets the parent's result."""
+    import multiprocessing
+    from hscale.backends.torch_backend import TorchBackend
+    w, h = layer(12, rows=24, cols=320)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        expected = TorchBackend("cpu", chunk_groups=7, compile=False).quantize(w, h,
+                                                                               method="hscale")
+        context = multiprocessing.get_context("fork")
+        queue = context.Queue()
+        child = context.Process(target=_quantize_in_child, args=(queue, w, h))
+        child.start()
+        child.join(timeout=120)
+        alive = child.is_alive()
+        if alive:
+            child.kill()
+    finally:
+        torch.set_num_threads(saved)
+    assert not alive, "the forked child's quantize did not finish in 120 s"
+    assert child.exitcode == 0
+    codes, scales = queue.get(timeout=10)
+    assert codes == expected.codes.tobytes() and scales == expected.scale_bytes.tobytes()
