@@ -71,29 +71,28 @@ def _import_torch():
 
 class BlockWorkers:
     """The CPU worker threads that every call's blocks run on, each thread's torch ops
-    single-threaded: one pool per process and thread count, made on first use and kept. A pool
-    per call cost each layer its threads' start-up (2-6 ms: a third of the walk of one of
+    single-threaded: one pool per thread count, made on first use and kept for the process. A
+    pool per call cost each layer its threads' start-up (2-6 ms: a third of the walk of one of
     SmolLM2's 576 x 576 layers, docs/performance.md). A forked child makes its own (the
-    parent's threads do not exist in it); another thread count replaces the pool."""
+    parent's threads do not exist in it, and a pool carried over would never run its blocks).
+    No pool is ever shut down, so a call on another thread never finds its pool closed."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._pool = None
-        self._key = None  # (process id, threads) the pool was made for
+        self._pools: dict = {}  # thread count -> ThreadPoolExecutor
+        self._pid = os.getpid()  # the process the pools' threads belong to
 
     def pool(self, torch, workers: int):
         from concurrent.futures import ThreadPoolExecutor
-        key = (os.getpid(), workers)
         with self._lock:
-            if self._key != key:
-                if self._pool is not None and self._key[0] == key[0]:
-                    self._pool.shutdown(wait=False)  # its idle threads end
-                self._pool = ThreadPoolExecutor(max_workers=workers,
-                                                thread_name_prefix="hscale-torch-blocks",
-                                                initializer=torch.set_num_threads,
-                                                initargs=(1,))
-                self._key = key
-            return self._pool
+            if self._pid != os.getpid():  # a forked child: the parent's threads are not here
+                self._pools, self._pid = {}, os.getpid()
+            pool = self._pools.get(workers)
+            if pool is None:
+                pool = self._pools[workers] = ThreadPoolExecutor(
+                    max_workers=workers, thread_name_prefix="hscale-torch-blocks",
+                    initializer=torch.set_num_threads, initargs=(1,))
+            return pool
 
 
 BLOCK_WORKERS = BlockWorkers()

@@ -396,6 +396,17 @@ def test_torch_worker_threads_are_kept_between_calls():
     assert torch.get_num_threads() == saved
 
 
+def test_a_pool_in_use_stays_open_when_another_thread_count_asks():
+    """A call on another thread with another thread count gets its own pool and leaves this
+    one open (a pool replaced and shut down under a caller that held it refused its blocks:
+    "cannot schedule new futures after shutdown")."""
+    from hscale.backends.torch_backend import BLOCK_WORKERS
+    two = BLOCK_WORKERS.pool(torch, 2)
+    three = BLOCK_WORKERS.pool(torch, 3)
+    assert three is not two
+    assert two.submit(int, "7").result(timeout=60) == 7
+    assert BLOCK_WORKERS.pool(torch, 2) is two
+
 def _quantize_in_child(queue, w, h):
     from hscale.backends.torch_backend import TorchBackend
     got = TorchBackend("cpu", chunk_groups=7, compile=False).quantize(w, h, method="hscale")
