@@ -307,9 +307,10 @@ class TorchQuantizer(Quantizer):
 
     def map_blocks(self, function, blocks, first=()) -> None:
         """Blocks on the process's worker threads (CPU, ``BLOCK_WORKERS``), each running
-        single-threaded torch ops, from a shared queue; on CUDA in this thread. ``first``: blocks to run before the others, in this
-        thread (the fused walk's new block shapes, whose library is built or loaded and which
-        are checked here; the workers then only run it). The process-wide intra-op thread count
+        single-threaded torch ops, from a shared queue; on CUDA in this thread. ``first``:
+        blocks to run before the others, in this thread (the fused walk's new block shapes,
+        whose library is built or loaded and which are checked here; the workers then only run
+        it). The process-wide intra-op thread count
         is restored."""
         torch = self.torch
         workers = torch.get_num_threads() if self.device.type == "cpu" else 1

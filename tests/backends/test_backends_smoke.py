@@ -407,6 +407,7 @@ def test_a_pool_in_use_stays_open_when_another_thread_count_asks():
     assert two.submit(int, "7").result(timeout=60) == 7
     assert BLOCK_WORKERS.pool(torch, 2) is two
 
+
 def _quantize_in_child(queue, w, h):
     from hscale.backends.torch_backend import TorchBackend
     got = TorchBackend("cpu", chunk_groups=7, compile=False).quantize(w, h, method="hscale")

@@ -319,7 +319,6 @@ def test_a_text_too_short_for_its_windows_is_refused_before_any_model_is_loaded(
         assert code == 2 and re.search(pattern, capsys.readouterr().err)
 
 
-
 def test_a_llama_cpp_that_does_not_load_is_refused_in_one_line(tmp_path, monkeypatch):
     """llama-cpp-python installed without its llama.cpp library (a failed or cached build, a
     library moved away) raises at import: the GGUF evaluation refuses it before any work, in
@@ -353,6 +352,7 @@ def test_a_missing_optional_package_is_one_line_with_exit_code_2(llama, tmp_path
     assert error_line(result) == (
         "hscale eval: this needs the Python package 'compressed_tensors'; install the "
         "optional dependencies with `pip install 'hscale-nvfp4[interop]'`")
+
 
 def test_mistakes_are_one_line_with_exit_code_2(llama, tmp_path):
     other_vocab = written(tmp_path, "llama", vocab_size=300)

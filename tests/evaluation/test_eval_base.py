@@ -190,7 +190,6 @@ def test_a_stale_base_is_refused_in_one_line(models, capsys, tmp_path):
     assert not missing.exists()
 
 
-
 def test_a_base_kept_by_another_engine_build_is_refused(models, capsys, tmp_path):
     """The engine's build is in the key (its torch and transformers versions, the CPU kernels
     torch picked): logits another build computed round differently, so its base is refused in
@@ -210,6 +209,7 @@ def test_a_base_kept_by_another_engine_build_is_refused(models, capsys, tmp_path
     assert code == 2 and len(lines) == 1, lines
     assert "the engine that runs the original differs" in lines[0]
     assert f"the base's {there}, this run's {here})" in lines[0], lines[0]
+
 
 def _t_interval(values):
     from scipy import stats
